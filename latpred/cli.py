@@ -238,17 +238,21 @@ _FAMILY = click.Choice(["lasso", "rf", "gbdt", "mlp"])
 @click.option("--overhead", default="auto", show_default=True,
               type=click.Choice(["auto", "constant", "linear"]))
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--analytical-features", is_flag=True,
+              help="Give conv-like kernel types the tile/wave and TMModel features "
+                   "(docs/analytical-features.md; off by default).")
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Predictor directory to write.")
 def train(data: str, target_name: str, family: str, search: str, overhead: str, seed: int,
-          out: str) -> None:
+          analytical_features: bool, out: str) -> None:
     """Train one regressor per kernel type plus the overhead on DATA, save it to OUT."""
     from latpred.predictors import LatencyModel
     from latpred.predictors.console import TrainingProgress, print_training
 
     with TrainingProgress(f"training {family}") as progress:
         model = LatencyModel.fit(data, target_name, family=family, search=search,
-                                 overhead=overhead, seed=seed, progress=progress)
+                                 overhead=overhead, seed=seed, progress=progress,
+                                 analytical_features=analytical_features)
     model.save(out)
     print_training(model)
     click.echo(f"Saved the predictor to {out}.")
@@ -293,21 +297,25 @@ def predict(predictor: str, target_name: str | None, breakdown: bool, allow_fall
               help="Protocol b: training-set sizes.")
 @click.option("--no-baselines", is_flag=True, help="Skip FLOPs-linear and nn-Meter.")
 @click.option("--no-ablations", is_flag=True, help="Skip the GPU ablations.")
+@click.option("--analytical-features", is_flag=True,
+              help="Also train each family with the analytical features (method "
+                   "'<family> + analytical'), the ablation of docs/analytical-features.md.")
 @click.option("--include-training", is_flag=True, help="With --predictor: score every model.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option("--out", default="latpred-report", show_default=True,
               type=click.Path(file_okay=False), help="Report directory (Markdown + PNG).")
 def evaluate(data: str, predictor: str | None, protocol: str | None, target_name: str | None,
              train_data: str | None, families: tuple[str, ...], searches: tuple[str, ...],
-             sizes: str, no_baselines: bool, no_ablations: bool, include_training: bool,
-             seed: int, out: str) -> None:
+             sizes: str, no_baselines: bool, no_ablations: bool, analytical_features: bool,
+             include_training: bool, seed: int, out: str) -> None:
     """Score a predictor on DATA, or run an evaluation protocol with baselines; write a report."""
     from latpred.evaluate import write_report
     from latpred.evaluate.console import print_summary
     from latpred.evaluate.run import run_cli
 
     ev = run_cli(data, predictor, protocol, target_name, train_data, families, searches, sizes,
-                 not no_baselines, not no_ablations, include_training, seed)
+                 not no_baselines, not no_ablations, include_training, seed,
+                 analytical_features)
     print_summary(ev, write_report(ev, out))
 
 

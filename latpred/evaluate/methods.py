@@ -61,18 +61,20 @@ def _kernel_table(test: EvalSet, preds) -> pd.DataFrame:
     return table[np.isfinite(table["measured_ms"]) & (table["measured_ms"] > 0)]
 
 
-def fit_latpred(dataset, train_ids, target: str, family: str, search: str, seed: int):
+def fit_latpred(dataset, train_ids, target: str, family: str, search: str, seed: int,
+                analytical: bool = False):
     """A LatencyModel trained on `train_ids` of `dataset`, and the seconds it took."""
     from latpred.predictors import LatencyModel
 
     start = time.perf_counter()
     model = LatencyModel.fit(dataset, target, family=family, search=search,
-                             model_ids=train_ids, seed=seed)
+                             model_ids=train_ids, seed=seed, analytical_features=analytical)
     return model, time.perf_counter() - start
 
 
-def method_name(family: str, search: str) -> str:
-    return f"latpred {family}" + ("" if search == "latpred" else f" ({search} grid)")
+def method_name(family: str, search: str, analytical: bool = False) -> str:
+    return (f"latpred {family}" + ("" if search == "latpred" else f" ({search} grid)")
+            + (" + analytical" if analytical else ""))
 
 
 def run_baselines(train: EvalSet, test: EvalSet) -> list[MethodResult]:

@@ -24,6 +24,17 @@ def e2e_metrics(measured: np.ndarray, predicted: np.ndarray) -> dict[str, Any]:
             "rmse_ms": float(root_mean_squared_error(y, p)), "kendall_tau": float(tau)}
 
 
+def kernel_metrics(kernels: pd.DataFrame, types: Any = None) -> dict[str, Any]:
+    """MAPE and acc10 over the test kernels (columns kernel_type, measured_ms, predicted_ms),
+    those of `types` only when given."""
+    rows = kernels if types is None else kernels[kernels["kernel_type"].isin(types)]
+    if rows.empty:
+        return {"n": 0, "mape": float("nan"), "acc10": float("nan")}
+    y, p = rows["measured_ms"].to_numpy(np.float64), rows["predicted_ms"].to_numpy(np.float64)
+    return {"n": int(len(y)), "mape": float(mean_absolute_percentage_error(y, p)),
+            "acc10": float(np.mean(np.abs(p - y) / y <= 0.10 + 1e-12))}
+
+
 def per_type_mape(kernels: pd.DataFrame) -> dict[str, dict[str, float]]:
     """MAPE per kernel type from columns kernel_type, measured_ms, predicted_ms.
 

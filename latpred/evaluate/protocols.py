@@ -7,7 +7,8 @@
 (c) `transfer`: train on every model of one dataset, test on every model of another (synthetic
     to real-world), as Fig. 18.
 Every protocol reports the baselines (FLOPs-linear, nn-Meter RF) trained on the same models,
-and on GPU targets the section 5.4 ablations.
+and on GPU targets the section 5.4 ablations; with `analytical`, each family is also trained
+with the analytical features (method "latpred <family> + analytical").
 """
 
 from __future__ import annotations
@@ -51,14 +52,16 @@ def _say(progress: Callable[[str], None] | None, text: str) -> None:
 
 
 def _latpred_methods(dataset, train_ids, test: EvalSet, families, searches, seed,
-                     progress) -> list[MethodResult]:
+                     progress, analytical: bool = False) -> list[MethodResult]:
     out = []
     for search in searches:
         for family in families:
-            name = method_name(family, search)
-            _say(progress, f"training {name} on {len(train_ids)} models")
-            model, secs = fit_latpred(dataset, train_ids, test.target, family, search, seed)
-            out.append(score_latpred(model, test, name, fit_seconds=secs))
+            for extra in (False, True) if analytical else (False,):
+                name = method_name(family, search, extra)
+                _say(progress, f"training {name} on {len(train_ids)} models")
+                model, secs = fit_latpred(dataset, train_ids, test.target, family, search,
+                                          seed, extra)
+                out.append(score_latpred(model, test, name, fit_seconds=secs))
     return out
 
 
@@ -77,7 +80,8 @@ def _others(train: EvalSet, test: EvalSet, family: str, search: str, seed: int,
 def protocol_split(dataset, target: str, families: Sequence[str] = FAMILIES,
                    searches: Sequence[str] = ("latpred",), n_test: int | None = None,
                    seed: int = 0, baselines: bool = True, ablations: bool = True,
-                   progress: Callable[[str], None] | None = None) -> Evaluation:
+                   progress: Callable[[str], None] | None = None,
+                   analytical: bool = False) -> Evaluation:
     """Protocol (a): hold out `n_test` models (default 10%), train on the rest (at most 900)."""
     _say(progress, "loading models, rebuilding graphs and deducing kernels")
     everything = load_eval_set(dataset, target)
@@ -85,7 +89,8 @@ def protocol_split(dataset, target: str, families: Sequence[str] = FAMILIES,
     train_ids, test_ids = split_ids(everything.model_ids, n_test, seed)
     train_ids = train_ids[:900]
     train, test = everything.subset(train_ids), everything.subset(test_ids)
-    methods = _latpred_methods(dataset, train_ids, test, families, searches, seed, progress)
+    methods = _latpred_methods(dataset, train_ids, test, families, searches, seed, progress,
+                               analytical)
     methods += _others(train, test, families[0], searches[0], seed, baselines, ablations,
                        progress)
     return Evaluation("split", target, everything.dataset, test, len(train_ids),
@@ -95,7 +100,8 @@ def protocol_split(dataset, target: str, families: Sequence[str] = FAMILIES,
 def protocol_sizes(dataset, target: str, families: Sequence[str] = FAMILIES,
                    search: str = "latpred", sizes: Sequence[int] = SIZES,
                    n_test: int | None = None, seed: int = 0, baselines: bool = True,
-                   progress: Callable[[str], None] | None = None) -> Evaluation:
+                   progress: Callable[[str], None] | None = None,
+                   analytical: bool = False) -> Evaluation:
     """Protocol (b): one test set, training sets of growing size drawn from the rest."""
     everything = load_eval_set(dataset, target)
     n_test = n_test or max(1, round(len(everything) / 10))
@@ -109,7 +115,7 @@ def protocol_sizes(dataset, target: str, families: Sequence[str] = FAMILIES,
     for n in usable:
         train_ids = train_all[:n]
         methods = _latpred_methods(dataset, train_ids, test, families, [search], seed,
-                                   progress)
+                                   progress, analytical)
         if baselines:
             methods += run_baselines(everything.subset(train_ids), test)
         rows += [{"method": m.name, "n_train": n, **m.metrics} for m in methods]
@@ -121,12 +127,13 @@ def protocol_sizes(dataset, target: str, families: Sequence[str] = FAMILIES,
 def protocol_transfer(train_dataset, test_dataset, target: str,
                       families: Sequence[str] = FAMILIES, searches: Sequence[str] = ("latpred",),
                       seed: int = 0, baselines: bool = True, ablations: bool = True,
-                      progress: Callable[[str], None] | None = None) -> Evaluation:
+                      progress: Callable[[str], None] | None = None,
+                      analytical: bool = False) -> Evaluation:
     """Protocol (c): train on all of one dataset, test on all of another."""
     train = load_eval_set(train_dataset, target)
     test = load_eval_set(test_dataset, target)
     methods = _latpred_methods(train_dataset, list(train.model_ids), test, families, searches,
-                               seed, progress)
+                               seed, progress, analytical)
     methods += _others(train, test, families[0], searches[0], seed, baselines, ablations,
                        progress)
     return Evaluation("transfer", target, train.dataset, test, len(train), tuple(methods),

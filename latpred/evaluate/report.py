@@ -45,12 +45,38 @@ def markdown(ev, images: list[str]) -> str:
     for r in summary_rows(ev):
         lines.append(f"| {r['method']} | {_pct(r['mape'])} | {_pct(r['acc10'], 0)} | "
                      f"{r['rmse_ms']:.3g} | {r['kendall_tau']:.3f} | {r['fit_seconds']:.0f} |")
-    lines += _per_type(ev) + _sizes(ev)
+    lines += _per_kernel(ev) + _per_type(ev) + _sizes(ev)
     notes = list(ev.notes) + [f"{m.name}: {n}" for m in ev.methods for n in m.notes]
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     lines += ["", "## Plots", ""] + [f"![{i}]({i})" for i in images]
     return "\n".join(lines) + "\n"
+
+
+def kernel_accuracy(m) -> dict[str, dict[str, Any]]:
+    """Per-kernel MAPE / acc10 of a method over all test kernels and the conv-like ones (the
+    kernel types the analytical features are for); empty without per-kernel predictions."""
+    from latpred.evaluate.metrics import kernel_metrics
+    from latpred.predictors.analytical import CONV_LIKE
+
+    if m.kernels is None:
+        return {}
+    return {"all": kernel_metrics(m.kernels), "conv_like": kernel_metrics(m.kernels, CONV_LIKE)}
+
+
+def _per_kernel(ev) -> list[str]:
+    rows = [(m.name, kernel_accuracy(m)) for m in ev.methods]
+    rows = [(name, acc) for name, acc in rows if acc]
+    if not rows:
+        return []
+    lines = ["", "## Per-kernel accuracy (test kernels)", "",
+             "| method | kernels | MAPE | ±10% | conv-like kernels | MAPE | ±10% |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, acc in rows:
+        a, c = acc["all"], acc["conv_like"]
+        lines.append(f"| {name} | {a['n']} | {_pct(a['mape'])} | {_pct(a['acc10'], 0)} | "
+                     f"{c['n']} | {_pct(c['mape'])} | {_pct(c['acc10'], 0)} |")
+    return lines
 
 
 def _per_type(ev) -> list[str]:
@@ -102,6 +128,7 @@ def _results(ev) -> dict[str, Any]:
     return {"protocol": ev.protocol, "target": ev.target, "train_dataset": ev.train_dataset,
             "test_dataset": ev.test.dataset, "n_train": ev.n_train, "n_test": len(ev.test),
             "noise": ev.noise, "methods": [{**r, "per_kernel_type": m.per_type,
+                                            "per_kernel": kernel_accuracy(m),
                                             "notes": list(m.notes)}
                                            for r, m in zip(summary_rows(ev), ev.methods)],
             "sizes": None if ev.sizes is None else ev.sizes.to_dict("records"),

@@ -23,11 +23,14 @@ def parse_sizes(text: str) -> tuple[int, ...]:
 def run_cli(data: str, predictor: str | None, protocol: str | None, target: str | None,
             train_data: str | None, families: Sequence[str], searches: Sequence[str],
             sizes: str, baselines: bool, ablations: bool, include_training: bool,
-            seed: int) -> Evaluation:
+            seed: int, analytical: bool = False) -> Evaluation:
     """The Evaluation `latpred evaluate` asked for."""
     if (predictor is None) == (protocol is None):
         raise LatpredError("Give either --predictor DIR (score a trained predictor) or "
                            "--protocol a|b|c (train and compare), not both or neither.")
+    if analytical and predictor is not None:
+        raise LatpredError("--analytical-features trains extra methods for a --protocol; a "
+                           "trained --predictor already says whether it uses them.")
     if predictor is not None:
         from latpred.predictors import LatencyModel
 
@@ -41,12 +44,14 @@ def run_cli(data: str, predictor: str | None, protocol: str | None, target: str 
     say = _progress()
     if protocol == "a":
         return protocol_split(data, target, families, searches, seed=seed, baselines=baselines,
-                              ablations=ablations, progress=say)
+                              ablations=ablations, progress=say, analytical=analytical)
     if protocol == "b":
         return protocol_sizes(data, target, families, searches[0], parse_sizes(sizes),
-                              seed=seed, baselines=baselines, progress=say)
+                              seed=seed, baselines=baselines, progress=say,
+                              analytical=analytical)
     return protocol_transfer(train_data, data, target, families, searches, seed=seed,
-                             baselines=baselines, ablations=ablations, progress=say)
+                             baselines=baselines, ablations=ablations, progress=say,
+                             analytical=analytical)
 
 
 def _progress():

@@ -175,8 +175,8 @@ def _batch_matmul(graph: Graph, op: Op) -> Gemm:
 def analytical_features(graph: Graph, kernel: Kernel, target: Any) -> dict[str, float]:
     """Tile/wave features plus TMModel's terms: the analytical columns for one kernel.
 
-    Off by default in the predictors: append these to `kernel_features` only where they were
-    shown to help (docs/analytical-features.md).
+    Off by default in the predictors: `LatencyModel.fit(..., analytical_features=True)` adds
+    them to the conv-like kernel types (predictors/analytical.py, docs/analytical-features.md).
     """
     from latpred.features.tmmodel import tmmodel_features  # tmmodel imports nothing from here
     return {**tile_features(graph, kernel, target), **tmmodel_features(graph, kernel, target)}

@@ -30,9 +30,15 @@ class FeatureBatch:
 
 
 def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target: Any,
-              group_of: Callable[[str], tuple[str, tuple[str, ...]]]) -> FeatureBatch:
-    """Feature rows of all kernels; `group_of(kernel_type)` -> (group name, feature names)."""
+              group_of: Callable[[str], tuple[str, tuple[str, ...]]],
+              features: Callable[[Graph, Any, Any], Mapping[str, float]] | None = None
+              ) -> FeatureBatch:
+    """Feature rows of all kernels; `group_of(kernel_type)` -> (group name, feature names);
+    `features(graph, kernel, target)` (default `kernel_features`) must depend on nothing the
+    configuration key leaves out."""
     from latpred.features import kernel_features
+
+    features = features or kernel_features
 
     seen: dict[tuple, int] = {}
     interned: dict[tuple, int] = {}
@@ -53,7 +59,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
             if cid is None:
                 cid = seen[key] = len(seen)
                 group, names = group_of(k.type)
-                rows.setdefault(group, []).append(_pick(kernel_features(g, k, target), names,
+                rows.setdefault(group, []).append(_pick(features(g, k, target), names,
                                                         k.type))
                 members.setdefault(group, []).append(cid)
             config.append(cid)

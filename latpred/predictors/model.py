@@ -66,45 +66,58 @@ class LatencyModel:
     overhead: OverheadModel
     fallback: TypeFit | None = None
     training: Mapping[str, Any] = field(default_factory=dict)
+    analytical_features: bool = False  # conv-like types also see the analytical columns
 
     # -- training ------------------------------------------------------------------------------
     @classmethod
     def fit(cls, dataset: Any, target: str, family: str = "gbdt",
             search: str | SearchSpec = "latpred",
             overhead: str = "auto", model_ids: Iterable[str] | None = None, seed: int = 0,
-            progress: Callable[[str, int, int], None] | None = None) -> "LatencyModel":
+            progress: Callable[[str, int, int], None] | None = None,
+            analytical_features: bool = False) -> "LatencyModel":
         """Train on the measurements of `target` in `dataset` (a Dataset or its directory).
 
         `search` names a search in configs/predictors/<family>.yaml ("paper", "latpred") or
         "none", or is a SearchSpec; `model_ids` restricts training to those models (a train
-        split).
+        split); `analytical_features` adds the tile/wave and TMModel columns to the conv-like
+        kernel types' regressors (predictors/analytical.py; off by default, see
+        docs/analytical-features.md).
         """
-        kernels, models = load_tables(dataset, target, model_ids)
+        kernels, models = load_tables(dataset, target, model_ids, analytical_features)
         from pathlib import Path
 
         info = {"dataset": str(Path(getattr(dataset, "root", dataset)).resolve())}
         return cls.fit_tables(kernels, models, target, family, search, overhead, seed,
-                              progress, info)
+                              progress, info, analytical_features)
 
     @classmethod
     def fit_tables(cls, kernels, models, target: str, family: str = "gbdt",
                    search: str | SearchSpec = "latpred", overhead: str = "auto", seed: int = 0,
                    progress: Callable[[str, int, int], None] | None = None,
-                   info: Mapping[str, Any] | None = None) -> "LatencyModel":
-        """Train on a kernel-rows and a model-rows table (see predictors/training.py)."""
+                   info: Mapping[str, Any] | None = None,
+                   analytical_features: bool = False) -> "LatencyModel":
+        """Train on a kernel-rows and a model-rows table (see predictors/training.py); with
+        `analytical_features` the kernel rows must carry the analytical columns."""
         family_class(family)
         if kernels.empty:
             raise PredictorError(f"No measured kernel of target {target} to train on.")
         spec = search if isinstance(search, SearchSpec) else load_search(family, search)
         if spec.family != family:
             raise PredictorError(f"The search is for the {spec.family} family, not {family}.")
-        types = fit_all_types(kernels, spec, seed, progress)
+        schema = None
+        if analytical_features:
+            from latpred.predictors.analytical import schemas
+            from latpred.target import parse_target
+
+            schema, kernels = schemas(kernels, parse_target(target))
+        types = fit_all_types(kernels, spec, seed, progress, schema)
         ovh = fit_overhead(models["n_kernels"].to_numpy(), models["kernel_sum_ms"].to_numpy(),
                            models["latency_ms"].to_numpy(), overhead, seed)
         ids = sorted(set(kernels["model_id"]) | set(models["model_id"]))
         training = {**(info or {}), "n_models": len(ids), "n_kernel_rows": int(len(kernels)),
                     "search": spec.name, "seed": seed, "train_models": ids}
-        return cls(target, family, types, ovh, fit_fallback(kernels), training)
+        return cls(target, family, types, ovh, fit_fallback(kernels), training,
+                   analytical_features)
 
     # -- prediction ----------------------------------------------------------------------------
     def predict(self, graph_or_path: Graph | str | os.PathLike, *,
@@ -125,6 +138,7 @@ class LatencyModel:
     def predict_kernels(self, graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], *,
                         allow_fallback: bool = False) -> list[Prediction]:
         """Predict graphs whose kernels are already deduced (kernels[i] belongs to graphs[i])."""
+        from latpred.predictors.analytical import featurizer
         from latpred.predictors.batch import featurize, predict_batch
 
         missing = sorted({k.type for ks in kernels for k in ks} - set(self.types))
@@ -138,7 +152,8 @@ class LatencyModel:
             fit = self.types.get(ktype) or self.fallback
             return fit.kernel_type, fit.features
 
-        batch = featurize(graphs, kernels, self._target(), group_of)
+        batch = featurize(graphs, kernels, self._target(), group_of,
+                          featurizer(self.analytical_features))
         flat = predict_batch(batch, {t: f.regressor for t, f in fits.items()})
         offsets = np.cumsum([0] + [len(ks) for ks in kernels])
         return self._assemble(graphs, kernels, flat, offsets, set(missing))

@@ -1,7 +1,8 @@
 """Save and load a LatencyModel as a directory that cannot run code when loaded.
 
-    predictor.json      format version, target, family, feature schema per kernel type,
-                        overhead, training metrics, and name + sha256 of every artifact
+    predictor.json      format version, target, family, whether the conv-like types use the
+                        analytical features, feature schema per kernel type, overhead,
+                        training metrics, and name + sha256 of every artifact
     <kernel_type><suffix>   one artifact per kernel type in its family's safe format:
                         JSON weights (lasso), skops with checked types (rf), LightGBM text
                         model (gbdt), safetensors (mlp)
@@ -43,7 +44,8 @@ def save_model(model: Any, directory: str | os.PathLike) -> Path:
     doc = {
         "format_version": FORMAT_VERSION, "latpred_version": latpred.__version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "target": model.target, "family": model.family, "kernel_types": kernel_types,
+        "target": model.target, "family": model.family,
+        "analytical_features": bool(model.analytical_features), "kernel_types": kernel_types,
         "fallback": _write_fit(root, model.fallback, "_fallback") if model.fallback else None,
         "overhead": model.overhead.to_json(), "training": dict(model.training),
     }
@@ -86,8 +88,12 @@ def load_model(directory: str | os.PathLike, target: str | None = None):
     except (KeyError, TypeError, ValueError) as err:
         raise PredictorError(f"{root / MANIFEST} is malformed ({err}); retrain the "
                              "predictor.") from None
+    # predictors saved before the option existed lack the key: they were trained without it
+    analytical = doc.get("analytical_features", False)
+    if not isinstance(analytical, bool):
+        raise PredictorError(f"{root / MANIFEST} has a non-boolean 'analytical_features'.")
     return LatencyModel(doc["target"], doc["family"], types, overhead, fallback,
-                        doc.get("training", {}))
+                        doc.get("training", {}), analytical)
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:

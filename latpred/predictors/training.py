@@ -14,7 +14,7 @@ hands them to `LatencyModel.fit_tables`, so every model trains through one path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -31,9 +31,11 @@ FEATURE_PREFIX = "f_"
 FALLBACK_FEATURES = ("flops", "bytes_read", "bytes_written", "param_bytes")
 
 
-def load_tables(dataset: Any, target: str,
-                model_ids: Iterable[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(kernel rows, model rows) of `target` from a Dataset or dataset directory."""
+def load_tables(dataset: Any, target: str, model_ids: Iterable[str] | None = None,
+                analytical: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(kernel rows, model rows) of `target` from a Dataset or dataset directory; with
+    `analytical`, the kernel rows also carry the analytical columns (predictors/analytical.py).
+    """
     from latpred.dataset import Dataset
 
     ds = dataset if isinstance(dataset, Dataset) else Dataset.open(dataset)
@@ -45,6 +47,11 @@ def load_tables(dataset: Any, target: str,
         keep = set(model_ids)
         models = models[models["model_id"].isin(keep)]
         kernels = kernels[kernels["model_id"].isin(keep)]
+    if analytical:
+        from latpred.predictors.analytical import add_columns, dataset_columns
+
+        rows = add_columns(kernels, dataset_columns(ds, target, model_ids))
+        return kernel_rows(rows), model_rows(models, kernels)
     return kernel_rows(kernels), model_rows(models, kernels)
 
 
@@ -101,13 +108,17 @@ class TypeFit:
     metrics: dict[str, Any]
 
 
-def fit_type(kernel_type: str, rows: pd.DataFrame, spec: SearchSpec, seed: int) -> TypeFit:
-    """Search and fit the regressor of one kernel type on its rows."""
-    features = feature_schema(kernel_type, rows)
+def fit_type(kernel_type: str, rows: pd.DataFrame, spec: SearchSpec, seed: int,
+             features: tuple[str, ...] | None = None) -> TypeFit:
+    """Search and fit the regressor of one kernel type on its rows (on `features`, by default
+    its `feature_schema`)."""
+    features = features or feature_schema(kernel_type, rows)
     if not features:
         raise DatasetError(f"Kernel type {kernel_type} has no feature column with a value on "
                            "every row; the dataset was not featurized.")
-    X = rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64)
+    # Named columns: the linear family builds its cost terms from them (predictors/lasso_terms).
+    X = pd.DataFrame(rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64),
+                     columns=list(features))
     y = rows["latency_ms"].to_numpy(np.float64)
     result = fit_searched(spec, X, y, seed=seed)
     pred = result.estimator.predict(X)
@@ -145,16 +156,18 @@ def fit_fallback(rows: pd.DataFrame) -> TypeFit | None:
 
 
 def fit_all_types(kernels: pd.DataFrame, spec: SearchSpec, seed: int = 0,
-                  progress: Callable[[str, int, int], None] | None = None
-                  ) -> dict[str, TypeFit]:
+                  progress: Callable[[str, int, int], None] | None = None,
+                  schema: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, TypeFit]:
     """One TypeFit per kernel type present in `kernels`, most rows first.
 
-    `progress(kernel_type, rows, total_rows)` is called before each type is fitted.
+    `progress(kernel_type, rows, total_rows)` is called before each type is fitted; `schema`
+    gives some kernel types other feature columns than their `feature_schema`.
     """
+    schema = schema or {}
     fits: dict[str, TypeFit] = {}
     groups = sorted(kernels.groupby("kernel_type"), key=lambda kv: -len(kv[1]))
     for ktype, rows in groups:
         if progress:
             progress(str(ktype), len(rows), len(kernels))
-        fits[ktype] = fit_type(ktype, rows, spec, seed)
+        fits[ktype] = fit_type(ktype, rows, spec, seed, schema.get(ktype))
     return fits

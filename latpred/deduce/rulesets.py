@@ -40,7 +40,7 @@ class GpuRuleSet:
     spatial_mean_only: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # registry singletons, hashed per kernel by deduce_cpu's cache
 class CpuRuleSet:
     """A CPU runtime: its name for explanations and the op types it runs on several threads."""
 

@@ -256,6 +256,27 @@ def test_cpu_multithreading_flags():
     assert len(host) == len(graph.ops)
 
 
+def test_shared_cpu_kernels_are_those_of_their_own_op():
+    """CPU kernels are cached across graphs; the same op position holding ops of other types,
+    or a plain and a grouped convolution, still gets its own kernel type and rule."""
+    from latpred.deduce.optypes import kernel_type
+
+    def graph(grouped: bool, pool: str) -> Graph:
+        b = GraphBuilder("g")
+        x = b.conv2d(b.input((1, 8, 8, 16)), 16, 3, groups=4 if grouped else 1)
+        b.output(b.max_pool(x, 2) if pool == "max" else b.avg_pool(x, 2))
+        return b.build()
+
+    seen = set()
+    for grouped, pool in [(False, "max"), (True, "avg"), (False, "avg"), (True, "max")]:
+        g = graph(grouped, pool)
+        for i, k in enumerate(deduce(g, "host/cpu/fp32/t1")):
+            op = g.ops[i]
+            assert (k.type, k.ops) == (kernel_type(g, op), (i,)) and op.type in k.rule
+            seen.add(k.type)
+    assert {"conv2d", "grouped_conv2d", "pool"} <= seen
+
+
 # -- properties over random graphs ---------------------------------------------------------------
 STEPS = ("conv1", "conv3", "dw", "relu", "sigmoid", "tanh", "add", "mul", "se_mul", "concat",
          "split", "pad_conv", "shuffle", "pool")

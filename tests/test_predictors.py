@@ -385,6 +385,28 @@ def test_predict_many_dedup_equals_per_kernel_featurization(simulated, simulated
             assert np.isclose(fit.regressor.predict(x)[0], ms, rtol=1e-12)
 
 
+@pytest.mark.parametrize("which", ["cpu", "gpu"])
+def test_predict_many_equals_predicting_each_graph_alone(simulated, simulated_gpu, which):
+    """Batching, configuration dedup and kernels shared across graphs change no figure: over
+    sampled NAS candidates and every zoo model, predict_many gives what predict gives alone."""
+    from simdata import SPACE
+
+    from latpred.sampler import build_graph, sample
+    from latpred.zoo import ZOO, build
+
+    ds, name = {"cpu": (simulated, "host/cpu/fp32/t1"),
+                "gpu": (simulated_gpu, "h100/gpu/fp16")}[which]
+    model = LatencyModel.fit(ds, name, family="gbdt", search="none")
+    graphs = [build_graph(a) for a in sample(SPACE, 150, seed=11)] + [build(n) for n in ZOO]
+    many = model.predict_many(graphs, allow_fallback=True)
+    assert any(p.fallback_types for p in many)  # zoo models hold types the space lacks
+    for g, p in zip(graphs, many):
+        alone = model.predict(g, allow_fallback=True)
+        assert alone.kernels == p.kernels and alone.fallback_types == p.fallback_types
+        assert np.allclose(alone.kernel_ms, p.kernel_ms, rtol=1e-12, atol=0)
+        assert np.isclose(alone.total_ms, p.total_ms, rtol=1e-12, atol=0), g.name
+
+
 def test_missing_kernel_type_is_named_or_flagged_fallback(simulated):
     _, graphs = _graphs(simulated)
     model = LatencyModel.fit(simulated, "host/cpu/fp32/t1", family="lasso", search="none")

@@ -29,6 +29,10 @@ class LatencyRegressor(RegressorMixin, BaseEstimator):
     family: ClassVar[str] = ""
 
     def _check_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        # A DataFrame's column names are kept for families whose design is built from named
+        # columns (the Lasso's cost terms, also as the trees' linear base); others ignore them.
+        columns = getattr(X, "columns", None)
+        self.feature_names_ = None if columns is None else [str(c) for c in columns]
         X, y = check_X_y(X, y, dtype=np.float64, y_numeric=True)
         self.n_features_in_ = X.shape[1]
         return X, check_positive_target(y)
@@ -115,7 +119,7 @@ class LinearBaseMixin:
             return y
         from latpred.predictors.lasso import PositiveLasso
 
-        self.base_ = PositiveLasso(alpha=self.base_alpha).fit(X, y)
+        self.base_ = PositiveLasso(alpha=self.base_alpha).fit(X, y, self.feature_names_)
         self.base_floor_ = 0.5 * float(y.min())
         return y / self._base_of(X)
 

@@ -7,6 +7,12 @@ mean squared percentage error and the paper's alpha grid over [1e-5, 1e2] is uni
 
 The intercept is fitted and left unconstrained: with standardised (zero-mean) features and
 non-negative weights, a model without one could not represent a positive mean latency.
+
+`design="physics"` (the default) first expands the named feature columns into cost terms
+(FLOPs per kernel window and stride, SIMD-padded FLOPs, working-set steps; see `lasso_terms`);
+`design="raw"` is the paper's model on the columns as they are. Column names come from a
+DataFrame's columns or `fit(..., feature_names=...)`; the fitted model stores them, so
+`predict` takes the plain matrix. Without names the physics design falls back to raw.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso
 
 from latpred.predictors.base import LatencyRegressor, percentage_scale, standardize_fit
+from latpred.predictors.lasso_terms import design_matrix
 from latpred.predictors.objective import percentage_weights
 
 
@@ -29,13 +36,18 @@ class PositiveLasso(LatencyRegressor):
     artifact_suffix: ClassVar[str] = ".json"
     family: ClassVar[str] = "lasso"
 
-    def __init__(self, alpha: float = 1e-3, max_iter: int = 20000, tol: float = 1e-6):
+    def __init__(self, alpha: float = 1e-3, max_iter: int = 20000, tol: float = 1e-6,
+                 design: str = "physics"):
         self.alpha = alpha
         self.max_iter = max_iter
         self.tol = tol
+        self.design = design
 
-    def fit(self, X: Any, y: Any) -> "PositiveLasso":
+    def fit(self, X: Any, y: Any, feature_names: Any = None) -> "PositiveLasso":
         X, y = self._check_fit(X, y)
+        names = feature_names if feature_names is not None else self.feature_names_
+        self.names_ = None if names is None else [str(n) for n in names]
+        X = design_matrix(X, self.names_, self.design)
         self.mean_, self.scale_ = standardize_fit(X)
         s = percentage_scale(y)
         lasso = Lasso(alpha=self.alpha, positive=True, max_iter=self.max_iter, tol=self.tol)
@@ -49,19 +61,23 @@ class PositiveLasso(LatencyRegressor):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        X = self._check_predict(X)
+        X = design_matrix(self._check_predict(X), self.names_, self.design)
         # A linear model can undershoot zero for the smallest kernels; a latency cannot.
         return np.maximum(((X - self.mean_) / self.scale_) @ self.coef_ + self.intercept_, 0.0)
 
     def export(self) -> tuple[bytes, dict[str, Any]]:
         weights = {"mean": self.mean_.tolist(), "scale": self.scale_.tolist(),
-                   "coef": self.coef_.tolist(), "intercept": self.intercept_}
+                   "coef": self.coef_.tolist(), "intercept": self.intercept_,
+                   "design": self.design, "names": self.names_}
         return json.dumps(weights).encode(), self.hyperparameters()
 
     @classmethod
     def restore(cls, data: bytes, params: dict[str, Any]) -> "PositiveLasso":
         w = json.loads(data)
-        est = cls(**params)
+        # The design travels with the weights: a GBDT's linear base is restored from them alone.
+        # Weights written before designs existed are the raw design.
+        est = cls(**{**params, "design": w.get("design", "raw")})
+        est.names_ = w.get("names")
         est.mean_ = np.asarray(w["mean"], dtype=np.float64)
         est.scale_ = np.asarray(w["scale"], dtype=np.float64)
         est.coef_ = np.asarray(w["coef"], dtype=np.float64)
@@ -69,5 +85,8 @@ class PositiveLasso(LatencyRegressor):
         n = len(est.coef_)
         if not (len(est.mean_) == len(est.scale_) == n):
             raise ValueError("lasso weights have inconsistent lengths")
-        est.n_features_in_ = n
+        est.n_features_in_ = len(est.names_) if est.names_ is not None else n
+        width = design_matrix(np.zeros((1, est.n_features_in_)), est.names_, est.design).shape[1]
+        if width != n:
+            raise ValueError("lasso weights do not match their design")
         return est

@@ -103,7 +103,9 @@ def test_shipped_search_configs_load(family, name):
     assert spec.family == family and spec.params
     if family == "lasso":
         alphas = spec.params["alpha"]
-        assert np.isclose(min(alphas), 1e-5) and np.isclose(max(alphas), 1e2)
+        assert min(alphas) <= 1e-5 * (1 + 1e-9) and np.isclose(max(alphas), 1e2)
+        # the paper's grid is the paper's model: the raw columns
+        assert spec.estimator().design == ("raw" if name == "paper" else "physics")
 
 
 def test_search_picks_by_cross_validation(tmp_path):
@@ -113,6 +115,19 @@ def test_search_picks_by_cross_validation(tmp_path):
     result = fit_searched(load_search("lasso", "s", cfg), X, y)
     assert result.best_params == {"alpha": 1e-5}  # a huge alpha zeroes every weight
     assert result.n_candidates == 2 and result.cv_mape < 0.05
+
+
+def test_search_folds_keep_each_model_whole(tmp_path):
+    cfg = tmp_path / "lasso.yaml"
+    cfg.write_text("searches:\n  s:\n    cv: 3\n    params:\n      alpha: [1.0e-5, 100.0]\n")
+    X, y = synthetic(200)
+    spec = load_search("lasso", "s", cfg)
+    # 200 rows of two models: two folds of one model each
+    two = fit_searched(spec, X, y, groups=np.repeat(["a", "b"], 100))
+    assert two.n_candidates == 2 and two.cv_mape < 0.05
+    # rows of one model cannot be split by model: no search, the defaults are fitted
+    one = fit_searched(spec, X, y, groups=np.repeat("a", 200))
+    assert one.cv_mape is None and one.best_params == {}
 
 
 @pytest.mark.parametrize("text, match", [

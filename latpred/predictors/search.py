@@ -124,15 +124,25 @@ class SearchResult:
     n_candidates: int
 
 
-def fit_searched(spec: SearchSpec, X: np.ndarray, y: np.ndarray, seed: int = 0) -> SearchResult:
-    """Search `spec` by cross-validation on (X, y) and refit the best on all rows."""
+def fit_searched(spec: SearchSpec, X: np.ndarray, y: np.ndarray, seed: int = 0,
+                 groups: np.ndarray | None = None) -> SearchResult:
+    """Search `spec` by cross-validation on (X, y) and refit the best on all rows.
+
+    `groups` (the model each row comes from) keeps a model's kernels in one fold: kernels of
+    one model share shapes, so row-wise folds score memorising them, which favours
+    over-fitted candidates most when there are few models.
+    """
     base = spec.estimator(seed)
     folds = min(spec.cv, len(y) // 5)
+    if groups is not None:
+        folds = min(folds, len(np.unique(groups)))
     if spec.method == "none" or not spec.params or len(y) < MIN_ROWS_TO_SEARCH or folds < 2:
         return SearchResult(base.fit(X, y), {}, None, 1)
-    from sklearn.model_selection import GridSearchCV, KFold, RandomizedSearchCV
+    from sklearn.model_selection import (GridSearchCV, GroupKFold, KFold,
+                                         RandomizedSearchCV)
 
-    cv = KFold(folds, shuffle=True, random_state=seed)
+    cv = (KFold(folds, shuffle=True, random_state=seed) if groups is None else
+          list(GroupKFold(folds, shuffle=True, random_state=seed).split(X, y, groups)))
     grid = {k: list(v) for k, v in spec.params.items()}
     if spec.method == "grid":
         search = GridSearchCV(base, grid, scoring=neg_mape_scorer, cv=cv, n_jobs=1,

@@ -120,7 +120,8 @@ def fit_type(kernel_type: str, rows: pd.DataFrame, spec: SearchSpec, seed: int,
     X = pd.DataFrame(rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64),
                      columns=list(features))
     y = rows["latency_ms"].to_numpy(np.float64)
-    result = fit_searched(spec, X, y, seed=seed)
+    groups = rows["model_id"].to_numpy() if "model_id" in rows else None
+    result = fit_searched(spec, X, y, seed=seed, groups=groups)
     pred = result.estimator.predict(X)
     metrics = {"n_rows": int(len(y)), "search": spec.name, "n_candidates": result.n_candidates,
                "best_params": result.best_params, "cv_mape": result.cv_mape,

@@ -24,8 +24,9 @@ from pathlib import Path
 import lightgbm as lgb
 import numpy as np
 import pandas as pd
+from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LinearRegression
-from sklearn.model_selection import GroupShuffleSplit, train_test_split
+from sklearn.model_selection import GroupKFold, GroupShuffleSplit, KFold, train_test_split
 
 from latpred.features.tile import conv_gemm, gemm_features
 from latpred.features.tile_model import TileLatencyModel
@@ -115,13 +116,110 @@ def metrics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
             "mape": float(rel.mean()), "mdape": float(np.median(rel))}
 
 
-def gbdt(xtr: pd.DataFrame, ytr: np.ndarray, xte: pd.DataFrame) -> np.ndarray:
-    # log target: latencies span three decades and the score is relative
-    reg = lgb.LGBMRegressor(n_estimators=800, learning_rate=0.05, num_leaves=63,
-                            min_child_samples=5, subsample=0.8, subsample_freq=1,
-                            colsample_bytree=0.8, random_state=0, n_jobs=2, verbose=-1)
+def score(test: pd.DataFrame, p: np.ndarray) -> dict[str, float]:
+    """Metrics against the measured latency, plus ±10% on the reproducible rows (run and
+    retest within 10% of each other): ~3.5% of the sweep's rows carry a timing glitch of up to
+    60x (the median of a run caught CPU launch gaps), which no predictor can reproduce."""
+    y = test["latency_ms"].to_numpy()
+    out = metrics(y, p)
+    ok = (np.abs(test["retest_latency_ms"].to_numpy() - y) <= 0.1 * y)
+    out["acc10_repro"] = metrics(y[ok], p[ok])["acc10"]
+    return out
+
+
+def _trailing_zeros(x: pd.Series) -> np.ndarray:
+    """Power-of-two divisibility of a channel count: cuDNN's kernels differ by alignment."""
+    v = x.to_numpy(np.int64)
+    return sum((v % (2 ** (b + 1)) == 0).astype(float) for b in range(11))
+
+
+def config_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """BASE plus GEMM M / K, padding and the channel counts' power-of-two divisibility."""
+    return df[BASE].assign(gemm_m=df["N"] * df["P"] * df["Q"],
+                           gemm_k=df["C"] * df["R"] * df["S"], pad=df["pad_h"],
+                           tz_c=_trailing_zeros(df["C"]), tz_k=_trailing_zeros(df["K"]))
+
+
+# LightGBM settings; `objective` and `num_leaves` are chosen by cross-validation on the
+# training part (GRID), everything else is fixed.
+GBDT = dict(n_estimators=2000, learning_rate=0.04, min_child_samples=5, subsample=0.8,
+            subsample_freq=1, colsample_bytree=0.8, random_state=0, n_jobs=1, verbose=-1)
+GRID = [{"objective": o, "num_leaves": n} for o in ("l2", "l1") for n in (31, 63)]
+
+
+def gbdt(xtr: pd.DataFrame, ytr: np.ndarray, xte: pd.DataFrame, **params) -> np.ndarray:
+    """LightGBM on log-latency. objective="l1" on the log is the median log-ratio: a
+    relative-error fit that a few glitched labels cannot pull (l2 chases them)."""
+    reg = lgb.LGBMRegressor(**(GBDT | {"objective": "l2", "num_leaves": 63} | params))
     reg.fit(xtr, np.log(ytr))
     return np.exp(reg.predict(xte))
+
+
+def tune(x: pd.DataFrame, y: np.ndarray, folds: list) -> dict:
+    """The GRID point with the best cross-validated ±10% accuracy (training rows only)."""
+    def cv(params: dict) -> float:
+        return float(np.mean([metrics(y[b], gbdt(x.iloc[a], y[a], x.iloc[b], **params))["acc10"]
+                              for a, b in folds]))
+    return max(GRID, key=cv)
+
+
+def implementation(df: pd.DataFrame) -> pd.Series:
+    """The implementation cuDNN ran: the whole kernel sequence (layout transposes included),
+    since the label is the whole convolution's time, not the main kernel's."""
+    return df["kernels"]
+
+
+def two_stage(train: pd.DataFrame, test: pd.DataFrame, folds: list,
+              min_rows: int = 3) -> tuple[np.ndarray, float, np.ndarray]:
+    """Implementation classifier (random forest; rare ones pooled) whose prediction is one more
+    GBDT column. Training rows get out-of-fold predictions, so the regressor learns how far to
+    trust the classifier. Returns latency, selection accuracy and the predicted sequences."""
+    xtr, xte = config_columns(train), config_columns(test)
+    impl = implementation(train)
+    counts = impl.value_counts()
+    lab = impl.where(impl.isin(counts[counts >= min_rows].index), "_rare").to_numpy()
+    oof = np.empty(len(train), dtype=object)
+    for a, b in folds:
+        oof[b] = _forest().fit(xtr.iloc[a], lab[a]).predict(xtr.iloc[b])
+    pte = _forest().fit(xtr, lab).predict(xte)
+    cats = pd.Categorical(np.concatenate([lab, pte])).categories
+    xtr = xtr.assign(impl=pd.Categorical(oof, categories=cats).codes)
+    xte = xte.assign(impl=pd.Categorical(pte, categories=cats).codes)
+    ytr = train["latency_ms"].to_numpy()
+    params = tune(xtr, ytr, folds)
+    acc = float((pte == implementation(test).to_numpy()).mean())
+    return gbdt(xtr, ytr, xte, **params), acc, pte
+
+
+def _forest() -> RandomForestClassifier:
+    return RandomForestClassifier(n_estimators=300, random_state=0, n_jobs=1)
+
+
+def _folds(train: pd.DataFrame, split: str, seed: int) -> list:
+    """3 folds of the training part, split the way the test part is (by geometry for case)."""
+    idx = np.arange(len(train))
+    if split == "random":
+        return list(KFold(3, shuffle=True, random_state=seed).split(idx))
+    return list(GroupKFold(3).split(idx, groups=train["case"]))
+
+
+def paper_rows(train: pd.DataFrame, test: pd.DataFrame, impl: np.ndarray) -> dict:
+    """The paper's model in grid and wave-aware form: own selection, true kernel, and the main
+    kernel of the implementation that two_stage's classifier picked."""
+    out = {}
+    main = train.groupby(implementation(train))["kernel"].agg(lambda k: k.mode().iloc[0])
+    for work in ("grid", "waves"):
+        m = TileLatencyModel(work=work).fit(train)
+        out[f"(1) paper ({work})"] = score(test, m.predict(test))
+        out[f"(1) paper ({work})"]["selection_acc"] = float(
+            (m.predict_kernel(test) == np.where(test["kernel"].isin(m.models_),
+                                                test["kernel"], "_rare")).mean())
+        out[f"(1) paper ({work}), true kernel"] = score(test, m.predict(
+            test, test["kernel"].tolist()))
+        if work == "waves":
+            picked = [main.get(k, "_rare") for k in impl]
+            out["(1) paper (waves), forest selection"] = score(test, m.predict(test, picked))
+    return out
 
 
 def evaluate(split: str, seed: int) -> dict[str, dict[str, float]]:
@@ -132,28 +230,49 @@ def evaluate(split: str, seed: int) -> dict[str, dict[str, float]]:
         gss = GroupShuffleSplit(n_splits=1, test_size=0.2, random_state=seed)
         tr, te = next(gss.split(df, groups=df["case"]))
     train, test = df.iloc[tr], df.iloc[te]
-    y = test["latency_ms"].to_numpy()
-    out = {}
-    for work in ("grid", "waves"):
-        m = TileLatencyModel(work=work).fit(train)
-        out[f"paper ({work})"] = metrics(y, m.predict(test))
-        out[f"paper ({work}), true kernel"] = metrics(y, m.predict(test, test["kernel"].tolist()))
-        out[f"paper ({work})"]["selection_acc"] = float(
-            (m.predict_kernel(test) == np.where(test["kernel"].isin(m.models_),
-                                                test["kernel"], "_rare")).mean())
+    folds = _folds(train, split, seed)
+    staged, sel_acc, impl = two_stage(train, test, folds)
+    out = paper_rows(train, test, impl)
     flops = np.empty(len(test))
     for dt in ("fp16", "fp32"):
         a, b = train["dtype"] == dt, (test["dtype"] == dt).to_numpy()
         lin = LinearRegression().fit(train.loc[a, ["flops"]], train.loc[a, "latency_ms"])
         flops[b] = lin.predict(test.loc[b, ["flops"]])
-    out["FLOPs-linear"] = metrics(y, flops)
+    out["(2) FLOPs-linear"] = score(test, flops)
     ytr = train["latency_ms"].to_numpy()
-    out["GBDT"] = metrics(y, gbdt(train[BASE], ytr, test[BASE]))
     tiles = tile_columns(df)
+    out["(3) GBDT (l2, old features)"] = score(test, gbdt(train[BASE], ytr, test[BASE]))
     xtr, xte = pd.concat([train[BASE], tiles.iloc[tr]], axis=1), pd.concat(
         [test[BASE], tiles.iloc[te]], axis=1)
-    out["GBDT + tile features"] = metrics(y, gbdt(xtr, ytr, xte))
+    out["(4) GBDT + tile features (l2, old features)"] = score(test, gbdt(xtr, ytr, xte))
+    xtr, xte = config_columns(train), config_columns(test)
+    params = tune(xtr, ytr, folds)
+    out[f"(3') GBDT, CV-tuned {params}"] = score(test, gbdt(xtr, ytr, xte, **params))
+    extra = tiles.drop(columns=[c for c in tiles.columns if c in xtr.columns])
+    xtr, xte = pd.concat([xtr, extra.iloc[tr]], axis=1), pd.concat([xte, extra.iloc[te]], axis=1)
+    out["(4') GBDT + tile features, same settings"] = score(test, gbdt(xtr, ytr, xte, **params))
+    out["(5) implementation classifier + GBDT"] = score(test, staged) | {"selection_acc": sel_acc}
     return out
+
+
+def diagnose() -> None:
+    """What the label is and where it is unreliable (the facts docs/analytical-features.md
+    cites): main kernel's share of the conv's time, kernels per conv, glitched rows."""
+    df = load()
+    df["main_share"] = df["kernel_us"] / 1e3 / df["latency_ms"]
+    ratio = df["latency_ms"] / df["retest_latency_ms"]
+    df["glitch"] = (ratio > 2) | (ratio < 0.5)
+    rel = (df["retest_latency_ms"] - df["latency_ms"]).abs() / df["latency_ms"]
+    df["retest_ok"] = rel <= 0.1
+    print(df.groupby(["dtype", "N"]).agg(
+        configs=("case", "size"), median_ms=("latency_ms", "median"),
+        kernels=("n_kernels", "mean"), main_share=("main_share", "median"),
+        retest_ok=("retest_ok", "mean"), glitch=("glitch", "mean")).round(3).to_string())
+    bins = pd.cut(df["latency_ms"], [0, 0.01, 0.02, 0.05, 0.1, 1, 10])
+    print(df.groupby(bins, observed=True).agg(configs=("case", "size"), retest_ok=(
+        "retest_ok", "mean"), glitch=("glitch", "mean")).round(3).to_string())
+    print(f"run/retest differ > 2x: {int(df['glitch'].sum())} rows ({df['glitch'].mean():.1%}); "
+          f"run slower: {int((ratio > 2).sum())}, retest slower: {int((ratio < 0.5).sum())}")
 
 
 def plot(path: Path, case: int = 6, dtype: str = "fp16", batch: int = 32) -> None:
@@ -198,7 +317,11 @@ def main(argv: list[str] | None = None) -> None:
     pl = sub.add_parser("plot")
     pl.add_argument("path", type=Path)
     pl.add_argument("--case", type=int, default=6)
+    sub.add_parser("diagnose")
     args = ap.parse_args(argv)
+    if args.cmd == "diagnose":
+        diagnose()
+        return
     if args.cmd == "plot":
         plot(args.path, args.case)
         return
@@ -206,12 +329,12 @@ def main(argv: list[str] | None = None) -> None:
         build(args.run1, args.run2, args.meta)
         return
     res = evaluate(args.split, args.seed)
-    print(f"| method ({args.split} split, seed {args.seed}) | within ±10% | RMSE (ms) | MAPE "
-          "| MdAPE |\n|---|---|---|---|---|")
+    print(f"| method ({args.split} split, seed {args.seed}) | within ±10% | ±10%, reproducible "
+          "rows | RMSE (ms) | MAPE | MdAPE | selection acc |\n|---|---|---|---|---|---|---|")
     for name, m in res.items():
-        print(f"| {name} | {m['acc10']:.1%} | {m['rmse_ms']:.4f} | {m['mape']:.1%} "
-              f"| {m['mdape']:.1%} |" + (f" selection acc {m['selection_acc']:.1%}"
-                                         if "selection_acc" in m else ""))
+        sel = f"{m['selection_acc']:.1%}" if "selection_acc" in m else ""
+        print(f"| {name} | {m['acc10']:.1%} | {m['acc10_repro']:.1%} | {m['rmse_ms']:.4f} "
+              f"| {m['mape']:.1%} | {m['mdape']:.1%} | {sel} |")
 
 
 if __name__ == "__main__":

@@ -131,3 +131,17 @@ def test_tile_latency_model_end_to_end():
     assert (m.predict_kernel(test) == test["kernel"]).mean() > 0.9
     rel = np.abs(m.predict(test) - test["latency_ms"]) / test["latency_ms"]
     assert (rel < 0.1).mean() > 0.9
+
+
+def test_tile_from_name_overrides_eq3_for_persistent_kernels():
+    from latpred.features.tile_model import name_tile
+    assert name_tile("sm90_xmma_fprop_implicit_gemm_nhwc_tilesize128x16x64_stage1") == (128, 16)
+    assert name_tile("cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2_nn") == (32, 32)
+    assert name_tile("implicit_convolve_sgemm<float, float, 1024, 5, 5>") is None
+    df = _synthetic(200, 0)
+    df["kernel"] = np.where(df["kernel"] == "big", "k_tilesize128x128x64", "k_tilesize64x32x32")
+    df["grid"] = 132.0                    # a persistent kernel: one CTA per SM, whatever the size
+    named = TileLatencyModel(n_estimators=10, min_rows=5, tile_from_name=True).fit(df)
+    assert named.models_["k_tilesize128x128x64"].tau == (128, 128)
+    eq3 = TileLatencyModel(n_estimators=10, min_rows=5).fit(df)
+    assert eq3.models_["k_tilesize128x128x64"].tau != (128, 128)

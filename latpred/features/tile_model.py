@@ -9,6 +9,8 @@ and that kernel's measured `grid` size):
   of t = g*K*t_K + m_out*t_out + m_in*t_in + gamma (Eq. 2) by least absolute error (Eq. 4,
   `fit_phi`). `work="waves"` replaces g by ceil(g / SMs)*blkM*blkN/1024: on a GPU with many SMs
   a grid smaller than one wave costs one wave, which Eq. 2's linear g does not see.
+  `tile_from_name=True` takes tau from the kernel's name where it carries one (Hopper's sm90
+  kernels are persistent: their launch grid says nothing about the tile) and Eq. 3 otherwise.
 - Kernel selection model: a classifier over the configuration, the GEMM sizes, the grid and
   memory terms and every implementation's predicted latency, which learns which implementation
   the library's heuristics pick (the paper's features (1)-(4)).
@@ -19,6 +21,7 @@ latency. Implementations seen fewer than `min_rows` times share one pooled model
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -31,6 +34,9 @@ from latpred.errors import LatpredError
 from latpred.features.tile import conv_gemm
 
 RARE = "_rare"
+# Tile edges in cuDNN / CUTLASS kernel names: xmma "tilesize128x16x64", CUTLASS "gemm_f16_64x64_".
+NAMED_TILE = (re.compile(r"tilesize(\d+)x(\d+)x\d+"),
+              re.compile(r"gemm_(?:f16_|f32_)?(\d+)x(\d+)_"))
 CONFIG = ("N", "C", "H", "W", "K", "R", "S", "P", "Q")
 # Candidate tile edges for Eq. 3: those GEMM libraries use (multiples of 8 up to 256).
 EDGES = (8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256)
@@ -56,6 +62,17 @@ def fit_tau(m: np.ndarray, n: np.ndarray, measured: np.ndarray,
     best = min(((np.abs(measured - grids(m, n, bm, bn)).sum(), bm, bn)
                 for bm in edges for bn in edges))
     return best[1], best[2]
+
+
+def name_tile(kernel: str) -> tuple[int, int] | None:
+    """(blkM, blkN) read from a kernel name, or None. Needed on Hopper: its sm90 kernels are
+    persistent (a grid of about one CTA per SM, whatever the GEMM size), so Eq. 3 fitted to
+    the launch grid finds no tile there."""
+    for pat in NAMED_TILE:
+        m = pat.search(kernel)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None
 
 
 def work_term(gm: np.ndarray, gn: np.ndarray, gk: np.ndarray, tau: tuple[int, int],
@@ -99,6 +116,7 @@ class TileLatencyModel:
     """Kernel latency models + kernel selection classifier (scikit-learn style)."""
 
     work: str = "grid"
+    tile_from_name: bool = False   # tau from the kernel name where it has one, Eq. 3 otherwise
     compute_units: int = 132
     min_rows: int = 8
     n_estimators: int = 200
@@ -116,14 +134,21 @@ class TileLatencyModel:
         self.models_ = {}
         for name in np.unique(labels):
             rows = labels == name
-            tau = fit_tau(terms["gm"].to_numpy(float)[rows], terms["gn"].to_numpy(float)[rows],
-                          measured[rows])
+            tau = self._tau(name, terms[rows], measured[rows])
             phi = fit_phi(design(terms[rows], tau, self.work, self.compute_units), t[rows])
             self.models_[name] = KernelLatencyModel(tau, tuple(float(v) for v in phi))
         self.classifier_ = RandomForestClassifier(
             n_estimators=self.n_estimators, random_state=self.random_state, n_jobs=1)
         self.classifier_.fit(self._selection_features(df, terms), labels)
         return self
+
+    def _tau(self, name: str, terms: pd.DataFrame, measured: np.ndarray) -> tuple[int, int]:
+        named = name_tile(name) if self.tile_from_name else None
+        seen = np.isfinite(measured)        # NaN: grid not measured for this kernel
+        if named or not seen.any():
+            return named or (64, 64)
+        return fit_tau(terms["gm"].to_numpy(float)[seen], terms["gn"].to_numpy(float)[seen],
+                       measured[seen])
 
     def _labels(self, kernels: pd.Series) -> np.ndarray:
         counts = kernels.value_counts()

@@ -69,26 +69,35 @@ def sha256(data: bytes) -> str:
 def plan(space_path: str, n: int, seed: int, target_name: str, out: Path) -> None:
     from tqdm import tqdm
 
-    from latpred import sampler
 
-    space = sampler.load_space(space_path)
     models, seen = [], set()
-    for index in tqdm(range(n), desc="plan", unit="model"):
-        arch = sampler.sample_one(space, seed, index)
+    for index, (model_id, space_name, arch) in enumerate(tqdm(_planned_archs(space_path, n, seed),
+                                                             desc="plan", unit="model")):
         data = model_bytes(arch)
         kernels = []
         for p in plans_of(data, target_name):
             kernels.append({"index": p.index, "type": p.kernel.type, "ops": p.ops,
                             "config_hash": p.config_hash, "first": p.config_hash not in seen})
             seen.add(p.config_hash)
-        models.append({"model_id": sampler.model_id(space.name, seed, index), "seed": seed,
-                       "index": index, "space": space.name, "arch": arch,
+        models.append({"model_id": model_id, "seed": seed,
+                       "index": index, "space": space_name, "arch": arch,
                        "file_hash": sha256(data), "bytes": len(data), "kernels": kernels})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"target": target_name, "space": space_path, "seed": seed,
                                "write_seed": WRITE_SEED, "models": models}))
     n_k = sum(len(m["kernels"]) for m in models)
-    print(f"{n} models, {n_k} kernels, {len(seen)} distinct configurations -> {out}")
+    print(f"{len(models)} models, {n_k} kernels, {len(seen)} distinct configurations -> {out}")
+
+
+def _planned_archs(space_path: str, n: int, seed: int):
+    """(model_id, space name, arch) of the models to plan: n samples of a space, or the zoo."""
+    from latpred import sampler, zoo
+
+    if space_path == "zoo":  # every real-world model, as datasets/host-cpu-zoo holds them
+        return [(name, "zoo", zoo.arch(name)) for name in sorted(zoo.ZOO)]
+    space = sampler.load_space(space_path)
+    return [(sampler.model_id(space.name, seed, i), space.name, sampler.sample_one(space, seed, i))
+            for i in range(n)]
 
 
 # -- measure: what one worker process does ----------------------------------------------------------
@@ -324,7 +333,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("plan")
-    p.add_argument("--space", default="search_space/synthetic_cnn.yaml")
+    p.add_argument("--space", default="search_space/synthetic_cnn.yaml",
+                   help="a search-space YAML, or 'zoo' for every real-world model")
     p.add_argument("--n", type=int, default=320)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--target", default=TARGET)
@@ -344,6 +354,10 @@ def main() -> None:
     m.add_argument("--mode", default="together", choices=("together", "alone"),
                    help="time a model's items interleaved (together) or one at a time")
     m.add_argument("--warmup", type=int, default=10)
+    m.add_argument("--warmup-s", type=float, default=0.0,
+                   help="seconds of untimed back-to-back calls before timing (GPU clocks ramp up)")
+    m.add_argument("--rewarm-s", type=float, default=0.0,
+                   help="the same for a model timed right after another of its batch")
     m.add_argument("--passes", type=int, default=5)
     m.add_argument("--calls", type=int, default=10)
     m.add_argument("--pass-ms", type=float, default=10.0)
@@ -360,7 +374,9 @@ def main() -> None:
     if args.cmd == "plan":
         plan(args.space, args.n, args.seed, args.target, args.out)
     elif args.cmd == "measure":
-        protocol = lg.GpuProtocol(warmup=args.warmup, passes=args.passes, calls=args.calls,
+        protocol = lg.GpuProtocol(warmup=args.warmup, warmup_s=args.warmup_s,
+                                  rewarm_s=args.rewarm_s, passes=args.passes,
+                                  calls=args.calls,
                                   pass_ms=args.pass_ms, max_calls=args.max_calls,
                                   estimator=args.estimator)
         measure(args.plan, args.out, args.workers, args.budget_s, args.retest, args.reserve_s,

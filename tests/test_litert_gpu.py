@@ -377,3 +377,19 @@ def test_contended_kernels_are_failed_with_figures_kept_and_left_out_of_the_nois
     noise = assemble.noise(main, retest)
     assert noise["n_kernel_retest"] == 1 and noise["kernel_retest_mdape"] == pytest.approx(10.0)
     assert noise["e2e_retest_mdape"] == pytest.approx(10.0)
+
+
+def test_sustained_warm_up_runs_for_warmup_s_then_rewarm_s_for_the_rest_of_a_batch():
+    clock, log = FakeClock(), []
+    # 1 ms runs: 0.25 s of warm-up is 250 runs (in groups of 20, each closed by a read-back)
+    models = [FakeModel(k, clock, log, run_ns=1_000_000, read_ns=0) for k in "ab"]
+    protocol = GpuProtocol(warmup=0, warmup_s=0.25, rewarm_s=0.02, passes=1, calls=1, pass_ms=0)
+    time_models(models, protocol, clock=clock)
+    runs = [k for what, k in log if what == "run"]
+    assert runs.count("a") == 260 + 1  # 13 groups of 20 reach 0.25 s; then one timed call
+    assert runs.count("b") == 20 + 1  # the GPU was just busy: only rewarm_s
+
+
+def test_negative_warm_up_time_is_refused():
+    with pytest.raises(MeasurementError):
+        GpuProtocol(warmup_s=-0.1)

@@ -44,6 +44,10 @@ class GpuProtocol:
     """How a model is timed on the GPU.
 
     - `warmup`: untimed calls after compilation (the first calls build pipelines and upload).
+    - `warmup_s`: then keep calling, untimed, for this many seconds. The GPU's clocks follow its
+      load: after the idle gap of a compilation, a model timed within a few milliseconds can
+      run 2-3x slower than the same model a second later (see docs/measurement.md). Models
+      timed right after another (a batch) had the GPU busy just before and get `rewarm_s`.
     - `passes` passes of back-to-back calls, each pass closed by one read-back (module doc).
     - `calls`: the least number of calls in a pass; with `pass_ms` > 0 a pass holds as many
       calls as fill about `pass_ms` milliseconds (estimated by one calibration pass after the
@@ -56,6 +60,8 @@ class GpuProtocol:
     """
 
     warmup: int = 10
+    warmup_s: float = 0.0
+    rewarm_s: float = 0.0
     passes: int = 5
     calls: int = 10
     pass_ms: float = 10.0
@@ -65,7 +71,7 @@ class GpuProtocol:
     interleave: bool = False
 
     def __post_init__(self) -> None:
-        if self.warmup < 0 or self.passes < 1 or self.calls < 1:
+        if min(self.warmup, self.warmup_s, self.rewarm_s) < 0 or self.passes < 1 or self.calls < 1:
             raise MeasurementError("A GPU timing protocol needs at least one pass of one call.")
         if self.max_calls < self.calls or self.pass_ms < 0:
             raise MeasurementError("max_calls must be at least calls, and pass_ms not negative.")
@@ -84,7 +90,8 @@ class GpuProtocol:
         return int(min(max(self.calls, math.ceil(self.pass_ms / per_call_ms)), self.max_calls))
 
     def as_dict(self) -> dict:
-        return {"warmup": self.warmup, "passes": self.passes, "calls": self.calls,
+        return {"warmup": self.warmup, "warmup_s": self.warmup_s, "rewarm_s": self.rewarm_s,
+                "passes": self.passes, "calls": self.calls,
                 "pass_ms": self.pass_ms, "max_calls": self.max_calls,
                 "estimator": self.estimator, "trim": self.trim, "interleave": self.interleave}
 
@@ -280,11 +287,11 @@ def time_models(models: Sequence[LoadedModel], protocol: GpuProtocol,
     `protocol.interleave`: warm every model up first, then pass k of each before pass k + 1."""
     if not protocol.interleave:
         out = []
-        for model in models:  # warmed right before its passes: no other model ran in between
-            size = _warm_up(model, protocol, clock)
+        for i, model in enumerate(models):  # warmed right before its passes
+            size = _warm_up(model, protocol, clock, first=i == 0)
             out.append([time_pass(model, size, clock) for _ in range(protocol.passes)])
         return out
-    sizes = [_warm_up(model, protocol, clock) for model in models]
+    sizes = [_warm_up(model, protocol, clock, first=i == 0) for i, model in enumerate(models)]
     passes: list[list[PassTimes]] = [[] for _ in models]
     for _ in range(protocol.passes):
         for i, model in enumerate(models):
@@ -292,11 +299,16 @@ def time_models(models: Sequence[LoadedModel], protocol: GpuProtocol,
     return passes
 
 
-def _warm_up(model: LoadedModel, protocol: GpuProtocol, clock: Clock) -> int:
+def _warm_up(model: LoadedModel, protocol: GpuProtocol, clock: Clock, first: bool = True) -> int:
     """Untimed calls, then (with `pass_ms`) one calibration pass; returns calls per pass."""
     for _ in range(protocol.warmup):
         model.run()
     model.sync()
+    deadline = clock() + (protocol.warmup_s if first else protocol.rewarm_s) * 1e9
+    while clock() < deadline:  # sustained load, read back now and then so the queue stays short
+        for _ in range(20):
+            model.run()
+        model.sync()
     if protocol.pass_ms <= 0:
         return protocol.calls
     return protocol.calls_per_pass(time_pass(model, protocol.calls, clock).mean_ns / 1e6)

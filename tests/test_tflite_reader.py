@@ -143,6 +143,8 @@ def test_reader_agrees_with_generated_object_api(name: str) -> None:
         assert op.type == names[ref.opcodeIndex]
         assert op.inputs == tuple(np.asarray(ref.inputs).tolist())
         assert op.outputs == tuple(np.asarray(ref.outputs).tolist())
+        # The reader builds Ops without Op.make's freezing pass: same value, hashable.
+        assert op == Op.make(op.type, op.inputs, op.outputs, **op.attr_dict) and hash(op)
         highest[op.type] = max(highest.get(op.type, 1), op_version(op, g.tensors))
     # The writer's opcode versions are the converter's: one per type, its highest need.
     assert highest == {n: c.version for n, c in zip(names, model.operatorCodes)}

@@ -23,20 +23,21 @@ _ARITY = {
 _SPATIAL = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D")
 
 
-def _operand(op: Op, tensors: tuple[Tensor, ...], k: int, rank: int, what: str) -> Tensor:
-    if len(op.inputs) <= k or op.inputs[k] < 0:
-        raise ShapeError(f"{op.type} has no {what} operand.")
-    t = tensors[op.inputs[k]]
+def _operand(op_type: str, inputs: tuple[int, ...], tensors: tuple[Tensor, ...], k: int,
+             rank: int, what: str) -> Tensor:
+    if len(inputs) <= k or inputs[k] < 0:
+        raise ShapeError(f"{op_type} has no {what} operand.")
+    t = tensors[inputs[k]]
     if len(t.shape) != rank:
-        raise ShapeError(f"{op.type} needs a rank-{rank} {what}, got {t.name!r} of shape "
+        raise ShapeError(f"{op_type} needs a rank-{rank} {what}, got {t.name!r} of shape "
                          f"{t.shape}.")
     return t
 
 
-def conv_groups(op: Op, tensors: tuple[Tensor, ...]) -> int:
+def conv_groups(op_type: str, inputs: tuple[int, ...], tensors: tuple[Tensor, ...]) -> int:
     """Input channels / filter input channels: a CONV_2D's group count (not stored in files)."""
-    x = _operand(op, tensors, 0, 4, "input")
-    w = _operand(op, tensors, 1, 4, "filter")
+    x = _operand(op_type, inputs, tensors, 0, 4, "input")
+    w = _operand(op_type, inputs, tensors, 1, 4, "filter")
     cin, fin, cout = x.shape[3], w.shape[3], w.shape[0]
     if fin <= 0 or cin % fin or cout % (cin // fin or 1):
         raise ShapeError(f"CONV_2D filter {w.name!r} of shape {w.shape} does not fit input "
@@ -45,9 +46,9 @@ def conv_groups(op: Op, tensors: tuple[Tensor, ...]) -> int:
     return cin // fin
 
 
-def depth_multiplier(op: Op, tensors: tuple[Tensor, ...]) -> int:
-    x = _operand(op, tensors, 0, 4, "input")
-    w = _operand(op, tensors, 1, 4, "filter")
+def depth_multiplier(op_type: str, inputs: tuple[int, ...], tensors: tuple[Tensor, ...]) -> int:
+    x = _operand(op_type, inputs, tensors, 0, 4, "input")
+    w = _operand(op_type, inputs, tensors, 1, 4, "filter")
     cin, cout = x.shape[3], w.shape[3]
     if cin <= 0 or cout % cin:
         raise ShapeError(f"DEPTHWISE_CONV_2D filter {w.name!r} of shape {w.shape} does not fit "
@@ -65,7 +66,7 @@ def _check_op(op: Op, tensors: tuple[Tensor, ...]) -> None:
         if op.inputs[k] < 0:
             raise ShapeError(f"{op.type} lacks its required input {k}.")
     if op.type in _SPATIAL:
-        _operand(op, tensors, 0, 4, "input")
+        _operand(op.type, op.inputs, tensors, 0, 4, "input")
         for name in ("stride", "dilation", "filter"):
             value = op.attr(name)
             if value is not None and min(value) < 1:

@@ -23,7 +23,7 @@ def _declared(raw, i: int) -> tuple[int, ...]:
 
 def _wanted(raw, input_shapes: Mapping[str, tuple[int, ...]] | None) -> dict[int, tuple]:
     """Graph input tensor index -> the static shape it must get."""
-    by_name = {raw.tensors[i]["name"]: i for i in raw.inputs}
+    by_name = {raw.tensors[i].name: i for i in raw.inputs}
     given = dict(input_shapes or {})
     unknown = sorted(set(given) - set(by_name))
     if unknown:
@@ -57,7 +57,7 @@ def resolve_shapes(data: bytes, raw, input_shapes: Mapping[str, tuple[int, ...]]
         return raw.shapes  # nothing to propagate: the stored shapes are the static ones
     if input_shapes is None:
         # Never hand a file to the interpreter unasked: it has no verifier either.
-        name = raw.tensors[unresolved[0]]["name"]
+        name = raw.tensors[unresolved[0]].name
         raise UnsupportedModelError(f"Tensor {name!r} has a dynamic shape "
                                     f"{raw.shapes[unresolved[0]]}; pass input_shapes to read "
                                     "this model.")
@@ -77,7 +77,7 @@ def resolve_shapes(data: bytes, raw, input_shapes: Mapping[str, tuple[int, ...]]
         raise ShapeError(f"LiteRT cannot propagate the input shapes through this model: "
                          f"{first}") from None
     shapes = tuple(found.get(i, s) for i, s in enumerate(raw.shapes))
-    left = [raw.tensors[i]["name"] for i, s in enumerate(shapes) if -1 in s]
+    left = [raw.tensors[i].name for i, s in enumerate(shapes) if -1 in s]
     if left:
         raise UnsupportedModelError(f"Tensor {left[0]!r} keeps a dynamic shape even with the "
                                     "given input shapes (its size depends on the data).")

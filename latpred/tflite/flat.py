@@ -47,7 +47,7 @@ class FlatReader:
     (0 for an absent field); the other accessors take that tuple and a field slot.
     """
 
-    __slots__ = ("buf", "size", "budget")
+    __slots__ = ("buf", "size", "budget", "_vtables")
 
     def __init__(self, buf: bytes, budget: int | None = None) -> None:
         self.buf = buf
@@ -56,8 +56,12 @@ class FlatReader:
         # file stores each element once, so its total is below the byte size; aliasing garbage
         # runs out of budget instead of out of memory.
         self.budget = 2 * self.size + 1024 if budget is None else budget
+        self._vtables: dict[int, tuple[int, ...]] = {}  # vtable position -> field offsets
 
     # -- raw reads ------------------------------------------------------------------------------
+    # Positions handed around are never negative: a table is at 4 or more and every offset added
+    # to it is unsigned, so the hot paths below only check the upper bound; a vtable position,
+    # which subtracts a signed offset, is checked both ways.
     def _get(self, fmt: struct.Struct, pos: int) -> int:
         if pos < 0 or pos + fmt.size > self.size:
             raise corrupt(f"offset {pos} is outside the {self.size}-byte file")
@@ -71,6 +75,13 @@ class FlatReader:
         if table < 4 or table + 4 > self.size:
             raise corrupt(f"a table starts at offset {table}, outside the file")
         vtable = table - _I32.unpack_from(self.buf, table)[0]
+        # Writers share one vtable among tables of the same layout: decode each once.
+        offs = self._vtables.get(vtable)
+        if offs is None:
+            offs = self._vtables[vtable] = self._vtable(vtable, table)
+        return tuple([table + o if o else 0 for o in offs])
+
+    def _vtable(self, vtable: int, table: int) -> tuple[int, ...]:
         if vtable < 0 or vtable + 4 > self.size:
             raise corrupt(f"the table at offset {table} has no valid field table")
         vlen = _U16.unpack_from(self.buf, vtable)[0]
@@ -79,13 +90,17 @@ class FlatReader:
             return ()
         if vtable + 4 + 2 * n > self.size:
             raise corrupt(f"the field table at offset {vtable} runs past the end of the file")
-        offs = _u16s(n).unpack_from(self.buf, vtable + 4)
-        return tuple([table + o if o else 0 for o in offs])
+        return _u16s(n).unpack_from(self.buf, vtable + 4)
 
     # -- fields ---------------------------------------------------------------------------------
     def scalar(self, f: Fields, slot: int, kind: str, default):
         pos = f[slot] if slot < len(f) else 0
-        return self._get(SCALARS[kind], pos) if pos else default
+        if not pos:
+            return default
+        fmt = SCALARS[kind]
+        if pos + fmt.size > self.size:
+            raise corrupt(f"offset {pos} is outside the {self.size}-byte file")
+        return fmt.unpack_from(self.buf, pos)[0]
 
     def table(self, f: Fields, slot: int) -> Fields | None:
         """The fields of a child table (None when absent)."""
@@ -95,17 +110,26 @@ class FlatReader:
     def table_pos(self, f: Fields, slot: int) -> int:
         """Position of a child table (0 when absent)."""
         pos = f[slot] if slot < len(f) else 0
-        return pos + self._get(_U32, pos) if pos else 0
+        if not pos:
+            return 0
+        if pos + 4 > self.size:
+            raise corrupt(f"offset {pos} is outside the {self.size}-byte file")
+        return pos + _U32.unpack_from(self.buf, pos)[0]
 
     def vector(self, f: Fields, slot: int, elem_size: int) -> tuple[int, int]:
         """(start, length) of a vector field; (0, 0) when absent. Checks bounds and budget."""
         pos = f[slot] if slot < len(f) else 0
         if not pos:
             return 0, 0
-        head = pos + self._get(_U32, pos)
-        n = self._get(_U32, head)
+        buf, size = self.buf, self.size
+        if pos + 4 > size:
+            raise corrupt(f"offset {pos} is outside the {size}-byte file")
+        head = pos + _U32.unpack_from(buf, pos)[0]
         start = head + 4
-        if start + n * elem_size > self.size:
+        if start > size:
+            raise corrupt(f"offset {head} is outside the {size}-byte file")
+        n = _U32.unpack_from(buf, head)[0]
+        if start + n * elem_size > size:
             raise corrupt(f"a vector of {n} elements at offset {head} runs past the end of the file")
         self.budget -= n
         if self.budget < 0:
@@ -117,8 +141,8 @@ class FlatReader:
         start, n = self.vector(f, slot, 4)
         if not start:
             return None
-        if n <= 64:
-            return _i32s(n).unpack_from(self.buf, start)
+        if n < len(_I32S):
+            return _I32S[n].unpack_from(self.buf, start)
         return tuple(np.frombuffer(self.buf, dtype="<i4", count=n, offset=start).tolist())
 
     def array(self, f: Fields, slot: int, dtype: str) -> np.ndarray | None:
@@ -158,6 +182,5 @@ def _u16s(n: int) -> struct.Struct:
     return struct.Struct(f"<{n}H")
 
 
-@functools.lru_cache(maxsize=128)
-def _i32s(n: int) -> struct.Struct:
-    return struct.Struct(f"<{n}i")
+# Structs unpacking n int32s, for the short vectors (shapes, operands) read most often.
+_I32S = tuple(struct.Struct(f"<{n}i") for n in range(65))

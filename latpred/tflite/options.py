@@ -20,7 +20,7 @@ from flatbuffers.table import Table
 
 from latpred.errors import ModelFormatError, UnsupportedOpError
 from latpred.graph import ACTIVATIONS
-from latpred.tflite.flat import FlatReader
+from latpred.tflite.flat import SCALARS, FlatReader, corrupt
 
 PADDINGS = ("SAME", "VALID")
 
@@ -164,6 +164,13 @@ def layout(name: str) -> tuple[tuple[str, str, int, Any], ...]:
     return tuple(fields)
 
 
+@functools.lru_cache(maxsize=None)
+def _scalar_layout(name: str) -> tuple[tuple[str, Any, int, Any, bool], ...]:
+    """`layout(name)` with each scalar kind resolved to its struct (None for a reference)."""
+    return tuple((field, None if kind == "ref" else SCALARS[kind], slot, default, kind == "bool")
+                 for field, kind, slot, default in layout(name))
+
+
 def read_options(r: FlatReader, type_code: int, pos: int) -> Any:
     """The fields of an options table as attributes (None for NONE or an unknown member).
 
@@ -174,15 +181,21 @@ def read_options(r: FlatReader, type_code: int, pos: int) -> Any:
     if name is None or name == "NONE" or not pos:
         return None
     f = r.fields(pos)
+    n, buf, size = len(f), r.buf, r.size
     values: dict[str, Any] = {}
-    for field, kind, slot, default in layout(name):
-        if kind == "ref":
-            if slot < len(f) and f[slot]:
+    for field, fmt, slot, default, is_bool in _scalar_layout(name):
+        at = f[slot] if slot < n else 0
+        if fmt is None:
+            if at:
                 return fb.BuiltinOptionsCreator(type_code, Table(r.buf, pos))
             values[field] = None
+        elif not at:
+            values[field] = default
+        elif at + fmt.size > size:  # `at` is positive: see FlatReader's raw reads
+            raise corrupt(f"offset {at} is outside the {size}-byte file")
         else:
-            v = r.scalar(f, slot, kind, default)
-            values[field] = bool(v) if kind == "bool" else v
+            v = fmt.unpack_from(buf, at)[0]
+            values[field] = bool(v) if is_bool else v
     return SimpleNamespace(**values)
 
 

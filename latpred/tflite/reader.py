@@ -9,8 +9,8 @@ decoded into `Tensor.value`, straight from a numpy view of the file.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, replace
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
@@ -25,6 +25,7 @@ _TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64",
                  6: "bool", 7: "int16", 9: "int8"}
 _NUMPY = {"float32": "<f4", "float16": "<f2", "int32": "<i4", "uint8": "u1", "int64": "<i8",
           "bool": "?", "int16": "<i2", "int8": "i1"}
+_ITEMSIZE = {k: np.dtype(v).itemsize for k, v in _NUMPY.items()}
 _INTEGER = frozenset({"int8", "uint8", "int16", "int32", "int64"})
 VALUE_LIMIT = 1024            # integer constants up to this many elements keep their data
 MAX_RANK = 16                 # far above anything TFLite runs; a larger rank is garbage
@@ -93,19 +94,31 @@ def _load(source) -> bytes:
 class RawModel:
     """What the file says, before shapes are final: everything but the Graph's shapes."""
 
-    tensors: tuple[dict, ...]          # Tensor fields except shape
+    tensors: tuple[Tensor, ...]        # with the stored shapes, which may hold -1
     shapes: tuple[tuple[int, ...], ...]
     signatures: tuple[tuple[int, ...] | None, ...]
-    ops: tuple[Op, ...]
+    ops: tuple[RawOp, ...]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     name: str
     dynamic: bool
 
     def to_graph(self, shapes: tuple[tuple[int, ...], ...]) -> Graph:
-        tensors = tuple(Tensor(shape=s, **t) for t, s in zip(self.tensors, shapes))
-        ops = tuple(_derive(op, tensors) for op in self.ops)
+        tensors = self.tensors
+        if shapes is not self.shapes:
+            tensors = tuple(t if t.shape == s else replace(t, shape=s)
+                            for t, s in zip(tensors, shapes))
+        ops = tuple(_make_op(op, tensors) for op in self.ops)
         return Graph(tensors, ops, self.inputs, self.outputs, self.name)
+
+
+class RawOp(NamedTuple):
+    """An operator as stored: its attributes lack the ones derived from shapes (`_make_op`)."""
+
+    type: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    attrs: dict
 
 
 def _parse(data: bytes) -> RawModel:
@@ -124,22 +137,16 @@ def _parse(data: bytes) -> RawModel:
     if flow:
         raise UnsupportedModelError(f"The model uses control flow ({', '.join(flow)}) across "
                                     f"{len(subgraphs)} subgraphs, which latpred cannot predict.")
-    produced = {t for op in ops for t in op.outputs}
     inputs = _indices(r, g, G_INPUTS, n, "a graph input")
-    tensors, shapes, sigs = [], [], []
+    written = {t for op in ops for t in op.outputs}.union(inputs)
+    tensors, sigs = [], []
     for i, t in enumerate(tensor_tables):
-        fields, shape, sig, data = _read_tensor(r, t, buffers, i)
-        if data is not None and len(data) == 0 and 0 in shape and i not in produced \
-                and i not in inputs and not r.scalar(t, T_VARIABLE, "u8", 0):
-            fields["is_constant"] = True  # a zero-size constant: nothing to store, still constant
-        if fields["is_constant"] and fields["dtype"] in _INTEGER \
-                and fields["quantization"] is None and _size(shape) <= VALUE_LIMIT:
-            fields["value"] = tuple(np.frombuffer(data, dtype=_NUMPY[fields["dtype"]]).tolist())
-        tensors.append(fields)
-        shapes.append(shape)
+        tensor, sig = _read_tensor(r, t, buffers, i, written)
+        tensors.append(tensor)
         sigs.append(sig)
+    shapes = tuple(t.shape for t in tensors)
     dynamic = any(-1 in s for s in shapes) or any(s is not None and -1 in s for s in sigs)
-    return RawModel(tuple(tensors), tuple(shapes), tuple(sigs), ops, inputs,
+    return RawModel(tuple(tensors), shapes, tuple(sigs), ops, inputs,
                     _indices(r, g, G_OUTPUTS, n, "a graph output"), r.string(g, G_NAME) or "",
                     dynamic)
 
@@ -165,7 +172,7 @@ def _indices(r: FlatReader, f, slot: int, n: int, what: str,
     return idx
 
 
-def _read_op(r: FlatReader, op: int, opcodes: list[str], n: int) -> Op:
+def _read_op(r: FlatReader, op: int, opcodes: list[str], n: int) -> RawOp:
     index = r.scalar(op, O_OPCODE, "u32", 0)
     if index >= len(opcodes):
         raise corrupt(f"an operator uses opcode {index} but the model has {len(opcodes)}")
@@ -173,11 +180,14 @@ def _read_op(r: FlatReader, op: int, opcodes: list[str], n: int) -> Op:
     type_code = r.scalar(op, O_OPT_TYPE, "u8", 0)
     table_pos = r.table_pos(op, O_OPTIONS) if type_code else 0
     attrs = opt.parse_attrs(op_type, type_code, r, table_pos)
-    return Op.make(op_type, _indices(r, op, O_INPUTS, n, "an operator input", optional=True),
-                   _indices(r, op, O_OUTPUTS, n, "an operator output"), **attrs)
+    return RawOp(op_type, _indices(r, op, O_INPUTS, n, "an operator input", optional=True),
+                 _indices(r, op, O_OUTPUTS, n, "an operator output"), attrs)
 
 
-def _read_tensor(r: FlatReader, t: int, buffers: list[int], index: int):
+def _read_tensor(r: FlatReader, t, buffers: list[int], index: int, written: set[int]
+                 ) -> tuple[Tensor, tuple[int, ...] | None]:
+    """The tensor (with its stored shape) and its shape signature. `written`: the tensors that
+    ops or the caller fill in, which an empty buffer does not make constant."""
     type_code = r.scalar(t, T_TYPE, "i8", 0)
     dtype = _TENSOR_TYPES.get(type_code)
     name = r.string(t, T_NAME) or f"tensor_{index}"
@@ -189,12 +199,19 @@ def _read_tensor(r: FlatReader, t: int, buffers: list[int], index: int):
     sig = _shape(sig, name) if sig is not None else None
     quant = _quantization(r, r.table(t, T_QUANT), name)
     data = _buffer(r, buffers, r.scalar(t, T_BUFFER, "u32", 0), name)
-    constant = data is not None and len(data) > 0
-    if constant and -1 not in shape:
-        _check_size(data, shape, dtype, name, r.table_pos(t, T_SPARSITY) != 0)
-    fields = {"name": name, "dtype": dtype, "quantization": quant, "is_constant": constant,
-              "value": None}
-    return fields, shape, sig, data
+    constant = data is not None and data[1] > 0
+    if constant:
+        if -1 not in shape:
+            _check_size(data[1], shape, dtype, name, r.table_pos(t, T_SPARSITY) != 0)
+    elif data is not None and 0 in shape and index not in written \
+            and not r.scalar(t, T_VARIABLE, "u8", 0):
+        constant = True  # a zero-size constant: nothing to store, still constant
+    value = None
+    if constant and dtype in _INTEGER and quant is None and _size(shape) <= VALUE_LIMIT:
+        start, size = data
+        value = tuple(np.frombuffer(r.buf, dtype=_NUMPY[dtype], count=size // _ITEMSIZE[dtype],
+                                    offset=start).tolist())
+    return Tensor(name, shape, dtype, quant, constant, value), sig
 
 
 def _shape(dims: tuple[int, ...], name: str) -> tuple[int, ...]:
@@ -212,12 +229,12 @@ def _size(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _check_size(data: memoryview, shape, dtype: str, name: str, sparse: bool) -> None:
+def _check_size(nbytes: int, shape, dtype: str, name: str, sparse: bool) -> None:
     if sparse or dtype == "string":
         return
-    want = _size(shape) * np.dtype(_NUMPY[dtype]).itemsize
-    if len(data) != want:
-        raise corrupt(f"constant tensor {name!r} of shape {shape} holds {len(data)} bytes, "
+    want = _size(shape) * _ITEMSIZE[dtype]
+    if nbytes != want:
+        raise corrupt(f"constant tensor {name!r} of shape {shape} holds {nbytes} bytes, "
                       f"expected {want}")
 
 
@@ -234,8 +251,8 @@ def _quantization(r: FlatReader, q, name: str) -> Quantization | None:
     return Quantization(tuple(scale.tolist()), tuple(zero.tolist()), r.scalar(q, Q_DIM, "i32", 0))
 
 
-def _buffer(r: FlatReader, buffers: list[int], index: int, name: str) -> memoryview | None:
-    """The bytes of a tensor's buffer as a zero-copy view (None for buffer 0 / none)."""
+def _buffer(r: FlatReader, buffers: list[int], index: int, name: str) -> tuple[int, int] | None:
+    """(start, size) of a tensor's buffer bytes in the file (None for buffer 0 / none)."""
     if index == 0:
         return None
     if index >= len(buffers):
@@ -246,24 +263,23 @@ def _buffer(r: FlatReader, buffers: list[int], index: int, name: str) -> memoryv
         size = r.scalar(b, B_SIZE, "u64", 0)
         if offset + size > r.size:
             raise corrupt(f"the data of tensor {name!r} lies outside the file")
-        return memoryview(r.buf)[offset:offset + size]
-    start, n = r.vector(b, B_DATA, 1)
-    return memoryview(r.buf)[start:start + n] if start else memoryview(b"")
+        return offset, size
+    return r.vector(b, B_DATA, 1)
 
 
-def _derive(op: Op, tensors: tuple[Tensor, ...]) -> Op:
-    """Attributes that depend on shapes: CONV_2D groups, depthwise multiplier, concat axis."""
-    extra: dict = {}
+def _make_op(op: RawOp, tensors: tuple[Tensor, ...]) -> Op:
+    """The Op with the attributes that depend on shapes: CONV_2D groups, depthwise multiplier,
+    a non-negative concat axis."""
+    attrs = op.attrs
     if op.type == "CONV_2D":
-        extra["groups"] = conv_groups(op, tensors)
+        attrs = {**attrs, "groups": conv_groups(op.type, op.inputs, tensors)}
     elif op.type == "DEPTHWISE_CONV_2D":
         # The runtime derives the multiplier from the shapes; old converters wrote 0 or 1 here.
-        extra["depth_multiplier"] = depth_multiplier(op, tensors)
+        attrs = {**attrs, "depth_multiplier": depth_multiplier(op.type, op.inputs, tensors)}
     elif op.type == "CONCATENATION" and op.outputs:
         rank = len(tensors[op.outputs[0]].shape)
-        axis = op.attr("axis", 0)
+        axis = attrs.get("axis", 0)
         if rank and -rank <= axis < 0:
-            extra["axis"] = axis + rank
-    if not extra:
-        return op
-    return Op.make(op.type, op.inputs, op.outputs, **{**op.attr_dict, **extra})
+            attrs = {**attrs, "axis": axis + rank}
+    # options.py makes every attribute value hashable already: skip Op.make's freezing pass.
+    return Op(op.type, op.inputs, op.outputs, tuple(sorted(attrs.items())))

@@ -394,7 +394,7 @@ def validate_graph(graph: Graph) -> None:
         if not 0 <= t < n:
             raise ShapeError(f"The graph refers to tensor {t}, but it has only {n} tensors.")
     for t in graph.tensors:
-        if any(d < 0 for d in t.shape):
+        if t.shape and min(t.shape) < 0:
             raise ShapeError(f"Tensor '{t.name}' has a dynamic or negative dimension {t.shape}.")
     produced_by = _check_order(graph)
     for t in graph.outputs:

@@ -62,13 +62,15 @@ def _check_op(op: Op, tensors: tuple[Tensor, ...]) -> None:
     if len(op.inputs) < need_in or len(op.outputs) < need_out:
         raise ShapeError(f"{op.type} has {len(op.inputs)} inputs and {len(op.outputs)} outputs; "
                          f"it needs at least {need_in} and {need_out}.")
-    for k in range(need_in if op.type != "FULLY_CONNECTED" else 2):
-        if op.inputs[k] < 0:
-            raise ShapeError(f"{op.type} lacks its required input {k}.")
+    required = op.inputs[:need_in]
+    if required and min(required) < 0:
+        k = next(k for k, t in enumerate(required) if t < 0)
+        raise ShapeError(f"{op.type} lacks its required input {k}.")
     if op.type in _SPATIAL:
         _operand(op.type, op.inputs, tensors, 0, 4, "input")
+        attrs = op.attr_dict
         for name in ("stride", "dilation", "filter"):
-            value = op.attr(name)
+            value = attrs.get(name)
             if value is not None and min(value) < 1:
                 raise ShapeError(f"{op.type} has {name} {value}; it must be at least 1.")
 

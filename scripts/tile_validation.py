@@ -29,7 +29,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.model_selection import GroupKFold, GroupShuffleSplit, KFold, train_test_split
 
 from latpred.features.tile import conv_gemm, gemm_features
-from latpred.features.tile_model import TileLatencyModel
+from latpred.features.tile_model import TileLatencyModel, fit_tau, gemm_terms, name_tile
 from latpred.target import load_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,6 +290,17 @@ def diagnose() -> None:
         "retest_ok", "mean"), glitch=("glitch", "mean")).round(3).to_string())
     print(f"run/retest differ > 2x: {int(df['glitch'].sum())} rows ({df['glitch'].mean():.1%}); "
           f"run slower: {int((ratio > 2).sum())}, retest slower: {int((ratio < 0.5).sum())}")
+    helper = df["kernel"].str.contains("|".join(HELPERS))
+    print(f"recorded (longest) kernel is a helper, not the GEMM: {helper.mean():.1%} of rows")
+    terms = gemm_terms(df)
+    counts = df["kernel"].value_counts()
+    named = [k for k in counts[counts >= 8].index if name_tile(k)]
+    same = sum(fit_tau(terms["gm"][df["kernel"] == k].to_numpy(float),
+                       terms["gn"][df["kernel"] == k].to_numpy(float),
+                       df.loc[df["kernel"] == k, "grid"].to_numpy(float)) == name_tile(k)
+               for k in named)
+    print(f"kernels seen >= 8 times with a tile in their name: {len(named)}; "
+          f"Eq. 3's tile from the launch grid equals the named one for {same}")
 
 
 def plot(path: Path, case: int = 6, dtype: str = "fp16", batch: int = 32) -> None:

@@ -11,6 +11,7 @@ import math
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -163,6 +164,12 @@ def _hold(path, mode, hold_s, ready):
         time.sleep(hold_s)
 
 
+def _hold_until(path, release, ready):
+    with GpuLock(path).shared():
+        ready.set()
+        release.wait(60)
+
+
 def _start_holder(path, mode, hold_s):
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
@@ -226,12 +233,18 @@ def test_waiting_timer_goes_before_later_shared_holders(tmp_path):
     """A compiler arriving while a timer waits must not get in first (the turnstile)."""
     path = tmp_path / "gpu.lock"
     ctx = mp.get_context("spawn")
-    first = _start_holder(path, "shared", 1.0)
+    # The first shared holder lets go only once the compiler below is queued, however slowly
+    # the spawned processes start on a loaded machine.
+    release, first_ready = ctx.Event(), ctx.Event()
+    first = ctx.Process(target=_hold_until, args=(str(path), release, first_ready))
+    first.start()
+    assert first_ready.wait(30)
     log, ready = ctx.Queue(), ctx.Event()
     timer = ctx.Process(target=_timer_then_log, args=(str(path), log, ready))
     timer.start()
     assert ready.wait(30)
     _wait_until_turnstile_taken(path)  # the timer now waits behind the first shared holder
+    threading.Timer(0.5, release.set).start()  # the compiler is blocked by then
     with GpuLock(path).shared():
         log.put("compiler")
     timer.join(10)

@@ -13,7 +13,10 @@ run to run), and it needs no per-shape autotuning, which would eat most of the d
 fp32 keeps PyTorch's default `allow_tf32 = True` for cuDNN, what a user gets.
 
 Latency: `--reps` launches queued behind a `torch.cuda._sleep` so that CPU launch overhead is
-not timed, each bracketed by CUDA events; the median is kept. Kernel names and grid/block come
+not timed, each bracketed by CUDA events; the median is kept. When the sleep ran out before
+all launches were queued (an event after it has completed), the configuration is re-timed
+behind a 4x longer sleep, up to GLITCH_RETRIES times; each row records `sleep_cycles`,
+`glitch_retries` and `timing_clean` (False: still ran out after the last retry). Kernel names and grid/block come
 from one profiled call per configuration (kineto trace, `args.grid` / `args.block`); kernels
 are matched to configurations through the launch's correlation id and the record_function
 range around it.
@@ -79,6 +82,9 @@ STEP = 16
 MAX_CHANNELS = 1024
 # Skip configurations above this many FLOPs: a few huge ones would eat the whole budget.
 MAX_FLOPS = 4e11
+# GPU sleep in front of each timed burst (~1.5 ms on H100), x4 per retry while it ran out.
+SLEEP_CYCLES = 3_000_000
+GLITCH_RETRIES = 3
 
 
 def channel_range(centre: int) -> list[int]:
@@ -119,20 +125,36 @@ def make_conv(cfg: dict, device: str):
     return run
 
 
-def time_conv(run, reps: int) -> list[float]:
-    """Per-launch GPU times (ms), launches queued behind a sleep so launch overhead hides."""
-    run()
-    torch.cuda.synchronize()
+def timed_burst(run, reps: int, cycles: int) -> tuple[list[float], bool]:
+    """Per-launch GPU times (ms) of `reps` launches queued behind a `cycles`-long sleep, and
+    whether the sleep outlasted the queuing. An event recorded right after the sleep that has
+    already completed once all launches are queued means the GPU caught up with the CPU, so
+    CPU launch gaps may sit inside the timed brackets (the old sweep's up-to-60x outliers)."""
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(reps)]
-    if hasattr(torch.cuda, "_sleep"):
-        torch.cuda._sleep(3_000_000)
+    torch.cuda._sleep(cycles)
+    slept = torch.cuda.Event()
+    slept.record()
     for start, end in events:
         start.record()
         run()
         end.record()
+    clean = not slept.query()
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in events]
+    return [start.elapsed_time(end) for start, end in events], clean
+
+
+def time_conv(run, reps: int) -> dict:
+    """Time one configuration; re-time it behind a longer sleep while the sleep ran out."""
+    run()
+    torch.cuda.synchronize()
+    cycles, retries = SLEEP_CYCLES, 0
+    times, clean = timed_burst(run, reps, cycles)
+    while not clean and retries < GLITCH_RETRIES:
+        cycles, retries = cycles * 4, retries + 1
+        times, clean = timed_burst(run, reps, cycles)
+    return dict(times_ms=times, latency_ms=statistics.median(times), sleep_cycles=cycles,
+                glitch_retries=retries, timing_clean=clean)
 
 
 def profile_chunk(chunk: list[tuple[int, object]]) -> dict[int, list[dict]]:
@@ -197,7 +219,8 @@ def main() -> None:
                 cudnn=torch.backends.cudnn.version(), gpu=torch.cuda.get_device_name(),
                 sms=torch.cuda.get_device_properties(0).multi_processor_count,
                 cudnn_benchmark=False, allow_tf32=torch.backends.cudnn.allow_tf32,
-                reps=args.reps, n_planned=len(cfgs), seconds=args.seconds)
+                reps=args.reps, sleep_cycles=SLEEP_CYCLES,
+                glitch_retries=GLITCH_RETRIES, n_planned=len(cfgs), seconds=args.seconds)
     print(json.dumps(meta), flush=True)
     done = 0
     with open(out / "sweep.jsonl", "w") as sink:
@@ -208,8 +231,7 @@ def main() -> None:
             times = {idx: time_conv(run, args.reps) for idx, run in chunk}
             kernels = profile_chunk(chunk)
             for idx, _ in chunk:
-                row = dict(cfgs[idx], times_ms=times[idx],
-                           latency_ms=statistics.median(times[idx]), kernels=kernels.get(idx, []))
+                row = dict(cfgs[idx], **times[idx], kernels=kernels.get(idx, []))
                 sink.write(json.dumps(row) + "\n")
             sink.flush()
             done += len(chunk)

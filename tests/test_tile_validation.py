@@ -39,9 +39,33 @@ def test_score_reproducible_rows_only_count_agreeing_retests():
 def test_l1_gbdt_ignores_glitched_labels():
     train, test = _convs(600, 1), _convs(200, 2)
     y = train["latency_ms"].to_numpy().copy()
-    y[::12] *= 30                                   # timing glitches, as in the H100 sweep
+    y[::12] *= 30                                   # timing glitches, as in the first H100 sweep
     cols = ["C", "K", "flops"]
     acc = {o: tv.metrics(test["latency_ms"].to_numpy(),
                          tv.gbdt(train[cols], y, test[cols], objective=o, n_estimators=800))
            ["acc10"] for o in ("l1", "l2")}
     assert acc["l1"] > 0.75 and acc["l1"] > acc["l2"] + 0.2
+
+
+def test_build_keeps_timing_fields_and_retest_noise(tmp_path, monkeypatch):
+    import json
+    monkeypatch.setattr(tv, "DATASET", tmp_path / "ds")
+    kern = [dict(name="sm90_xmma_k", dur_us=5.0, grid=[2, 1, 1], block=[128, 1, 1], regs=96,
+                 smem=0)]
+    base = dict(case=0, net="resnet50", dtype="fp16", N=1, H=14, W=14, R=3, S=3, stride=1,
+                pad_h=1, pad_w=1, P=14, Q=14, flops=1e6, kernels=kern, sleep_cycles=3_000_000,
+                glitch_retries=0, timing_clean=True)
+    rows = [dict(base, C=16, K=16, times_ms=[0.01] * 3, latency_ms=0.01),
+            dict(base, C=16, K=32, times_ms=[0.02] * 3, latency_ms=0.02, glitch_retries=1,
+                 sleep_cycles=12_000_000)]
+    retest = [dict(rows[0], latency_ms=0.0105), dict(rows[1], latency_ms=0.04)]
+    for name, rs in (("a.jsonl", rows), ("b.jsonl", retest)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rs))
+    (tmp_path / "meta.json").write_text(json.dumps(dict(
+        gpu="H100", sms=132, torch="2", cuda="13", cudnn=9, cudnn_benchmark=False,
+        allow_tf32=True, reps=3, seconds=300.0)))
+    tv.build(tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "meta.json")
+    df = pd.read_parquet(tmp_path / "ds" / "convs.parquet")
+    assert df["glitch_retries"].tolist() == [0, 1] and df["sleep_cycles"].tolist()[1] == 12e6
+    man = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert man["sleep_retimed"] == 0.5 and man["noise"]["retest_within_10pct"] == 0.5

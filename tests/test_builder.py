@@ -176,7 +176,7 @@ def test_dead_ops_are_dropped_and_default_outputs():
     assert [op.type for op in g.ops] == ["RELU6"] and len(g.tensors) == 2
     b2 = GraphBuilder()
     x = b2.input((1, 4, 4, 2))
-    a, c = b2.tanh(x), b2.sigmoid(x)
+    b2.tanh(x), b2.sigmoid(x)  # unconsumed: both become outputs
     g = b2.build()
     assert [g.tensors[t].name for t in g.outputs] == ["tanh", "sigmoid"]
 

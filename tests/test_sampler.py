@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from latpred.errors import ConfigError
-from latpred.sampler import (BINARY, build_graph, load_space, model_id, parse_space, sample,
+from latpred.sampler import (build_graph, load_space, model_id, parse_space, sample,
                              sample_one)
 
 SPACES = Path(__file__).parents[1] / "search_space"

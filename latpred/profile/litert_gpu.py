@@ -31,15 +31,14 @@ from typing import Sequence
 import numpy as np
 
 from latpred.errors import MeasurementError
-from latpred.profile import gpu_timing
 from latpred.profile.gpu_lock import GpuLock
 # The timing protocol lives in gpu_timing; callers (scripts, tests) use these names from here.
-from latpred.profile.gpu_timing import (Estimates, GpuProtocol, PassTimes,  # noqa: F401
-                                        estimate, time_models, time_pass, trimmed_mean)
+from latpred.profile.gpu_timing import (ESTIMATORS, Estimates, GpuProtocol,  # noqa: F401
+                                        PassTimes, estimate, time_models, time_pass,
+                                        trimmed_mean)
 
 PRECISIONS = ("fp16", "fp32")
 ACCELERATORS = ("gpu", "cpu")
-ESTIMATORS = gpu_timing.ESTIMATORS  # re-exported: campaign scripts read them here
 
 
 # -- compiling and running ------------------------------------------------------------------------

@@ -15,7 +15,7 @@ _LAZY = {
     "GraphBuilder": ("latpred.builder", "GraphBuilder"),
     "parse_target": ("latpred.target", "parse_target"),
     "Target": ("latpred.target", "Target"),
-    "deduce": ("latpred.deduce", "deduce"),
+    "deduce": ("latpred.deduce", None),        # the package, callable as deduce(graph, target)
     "Kernel": ("latpred.deduce.kernel", "Kernel"),
     "op_features": ("latpred.features", "op_features"),
     "LatencyModel": ("latpred.predictors", "LatencyModel"),
@@ -31,5 +31,6 @@ def __getattr__(name: str):
         import importlib
 
         module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
+        found = importlib.import_module(module)
+        return found if attr is None else getattr(found, attr)
     raise AttributeError(f"module 'latpred' has no attribute {name!r}")

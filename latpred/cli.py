@@ -33,6 +33,20 @@ def main() -> None:
 # Commands are registered below, one block per stage; keep each block short and call the API.
 
 
+def _input_shape_option(f):
+    """`--input-shape NAME=1x224x224x3` (repeatable), or `--input-shape 1x224x224x3`."""
+    return click.option(
+        "--input-shape", "input_shape", multiple=True, metavar="[NAME=]1x224x224x3",
+        help="Static shape for a model input with dynamic dimensions beyond the batch "
+             "(repeat per input; the name may be left out for a single input).")(f)
+
+
+def _input_shapes(specs: tuple[str, ...]):
+    from latpred.tflite.dynamic import input_shapes_from_specs
+
+    return input_shapes_from_specs(specs)
+
+
 # -- inspect ------------------------------------------------------------------------------------
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
@@ -40,7 +54,9 @@ def main() -> None:
               help="Also list the kernels the runtime of this target executes, e.g. pixel4/gpu/fp16.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--metadata", is_flag=True, help="Show metadata embedded in the model.")
-def inspect(model: str, target_name: str | None, as_json: bool, metadata: bool) -> None:
+@_input_shape_option
+def inspect(model: str, target_name: str | None, as_json: bool, metadata: bool,
+            input_shape: tuple[str, ...]) -> None:
     """List a .tflite model's operations (shapes, attributes, FLOPs, parameters) and totals."""
     import json
     from pathlib import Path
@@ -53,7 +69,7 @@ def inspect(model: str, target_name: str | None, as_json: bool, metadata: bool) 
     if not path.is_file():
         raise ModelFormatError(f"Model file {model} does not exist.")
     data = path.read_bytes()
-    graph = read_tflite(data)
+    graph = read_tflite(data, input_shapes=_input_shapes(input_shape))
     rows = im.op_rows(graph)
     report: dict = {"model": model, "operations": rows, "totals": im.totals(graph, rows)}
     if target_name:
@@ -265,16 +281,18 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
 @click.option("--breakdown", is_flag=True, help="Also print the latency of every kernel.")
 @click.option("--allow-fallback", is_flag=True,
               help="Predict kernel types without a regressor by the flagged fallback.")
+@_input_shape_option
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
 def predict(predictor: str, target_name: str | None, breakdown: bool, allow_fallback: bool,
-            models: tuple[str, ...]) -> None:
+            input_shape: tuple[str, ...], models: tuple[str, ...]) -> None:
     """Predict the latency of .tflite MODELS with a trained predictor."""
     from latpred.predictors import LatencyModel
     from latpred.predictors.console import print_predictions
     from latpred.tflite import read_tflite
 
     model = LatencyModel.load(predictor, target=target_name)
-    graphs = [read_tflite(m) for m in models]
+    shapes = _input_shapes(input_shape)
+    graphs = [read_tflite(m, input_shapes=shapes) for m in models]
     preds = model.predict_many(graphs, allow_fallback=allow_fallback)
     print_predictions(models, preds, graphs, breakdown)
 

@@ -25,8 +25,8 @@ from tensorflow.keras import layers
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 
 
-def small_cnn(batch: int | None = 1) -> keras.Model:
-    x = keras.Input((32, 32, 3), batch_size=batch, name="image")
+def small_cnn(batch: int | None = 1, size: int | None = 32) -> keras.Model:
+    x = keras.Input((size, size, 3), batch_size=batch, name="image")
     y = layers.Conv2D(8, 3, padding="same", activation="relu")(x)
     y = layers.DepthwiseConv2D(3, strides=2, padding="same")(y)
     y = layers.ReLU(max_value=6.0)(y)
@@ -127,9 +127,13 @@ def main() -> int:
     keras.utils.set_random_seed(0)
     OUT.mkdir(parents=True, exist_ok=True)
     jobs = [("small_cnn", small_cnn(), False), ("small_cnn_dynamic", small_cnn(None), False),
+            ("small_cnn_dynamic_hw", small_cnn(None, None), False),
             ("small_cnn_int8", small_cnn(), True), ("grouped_conv", grouped_conv(), False),
             ("mbv2_block", mbv2_block(), False), ("tiny_vit", tiny_vit(), False)]
+    only = set(sys.argv[1:])
     for name, model, int8 in jobs:
+        if only and name not in only:
+            continue
         data = _convert(model, int8)
         (OUT / f"{name}.tflite").write_bytes(data)
         facts = {**_facts(model), "int8": int8, "tensorflow": tf.__version__}

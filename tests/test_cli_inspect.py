@@ -86,3 +86,23 @@ def test_bad_input_is_one_sentence_and_exit_code_2(args, message):
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_converter_dynamic_batch_needs_no_flag():
+    result = run("inspect", str(FIXTURES / "small_cnn_dynamic.tflite"), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["totals"]["inputs"] == [[1, 32, 32, 3]]
+
+
+def test_dynamic_spatial_input_is_one_sentence_then_works_with_input_shape():
+    path = str(FIXTURES / "small_cnn_dynamic_hw.tflite")
+    refused = run("inspect", path)
+    assert refused.exit_code == 2
+    assert refused.output.count("\n") == 1 and "--input-shape" in refused.output
+    assert "Traceback" not in refused.output
+    for spec in ("1x96x96x3", "serving_default_image:0=1x96x96x3"):
+        result = run("inspect", path, "--json", "--input-shape", spec)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["totals"]["inputs"] == [[1, 96, 96, 3]]
+    bad = run("inspect", path, "--input-shape", "1x96")
+    assert bad.exit_code == 2 and "does not fit" in bad.output

@@ -16,6 +16,7 @@ from ai_edge_litert import schema_py_generated as fb
 from latpred.errors import ModelFormatError, ShapeError, UnsupportedModelError
 from latpred.graph import Graph, Op, Tensor
 from latpred.tflite import read_tflite, write_tflite
+from latpred.tflite.dynamic import input_shapes_from_specs
 from latpred.tflite.options import OPERATOR_NAMES
 from latpred.tflite.versions import op_version
 
@@ -164,9 +165,39 @@ def test_reader_matches_the_keras_model(name: str) -> None:
 
 # -- dynamic shapes ------------------------------------------------------------------------------
 
-def test_dynamic_batch_needs_input_shapes() -> None:
-    with pytest.raises(UnsupportedModelError, match="input_shapes"):
-        _read("small_cnn_dynamic")
+def test_dynamic_batch_reads_as_stored_batch_without_flags() -> None:
+    # TFLiteConverter marks every Keras input's batch -1 in shape_signature and stores 1 in
+    # shape; LiteRT runs the file at batch 1, and so does latpred, on the fast path.
+    g = _read("small_cnn_dynamic")
+    static = _read("small_cnn")
+    assert [op.type for op in g.ops] == [op.type for op in static.ops]
+    assert [g.tensors[o].shape for op in g.ops for o in op.outputs] == \
+        [static.tensors[o].shape for op in static.ops for o in op.outputs]
+
+
+def test_dynamic_spatial_input_needs_a_shape() -> None:
+    with pytest.raises(UnsupportedModelError,
+                       match=r"beyond the batch.*--input-shape serving_default_image:0=1xHxWx3"):
+        _read("small_cnn_dynamic_hw")
+    g = _read("small_cnn_dynamic_hw", input_shapes=(1, 64, 64, 3))   # a bare shape: one input
+    assert g.tensors[g.ops[0].outputs[0]].shape == (1, 64, 64, 8)
+    named = _read("small_cnn_dynamic_hw", input_shapes={"serving_default_image:0": (1, 64, 64, 3)})
+    assert named.tensors[named.outputs[0]].shape == g.tensors[g.outputs[0]].shape == (1, 10)
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (("1x224x224x3",), (1, 224, 224, 3)),
+    (("image=1X96x96x3",), {"image": (1, 96, 96, 3)}),
+    (("a=1x4", "b=2x3"), {"a": (1, 4), "b": (2, 3)}),
+])
+def test_input_shape_specs(spec, expected) -> None:
+    assert input_shapes_from_specs(spec) == expected
+
+
+@pytest.mark.parametrize("spec", [("1x0x3",), ("axb",), ("x=",), ("1x2", "a=1x2")])
+def test_bad_input_shape_specs(spec) -> None:
+    with pytest.raises(ShapeError):
+        input_shapes_from_specs(spec)
 
 
 def test_dynamic_batch_with_input_shapes_propagates_through_litert() -> None:

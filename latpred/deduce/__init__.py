@@ -8,6 +8,8 @@ GPU, how convolutions are implemented (Winograd, grouped, plain) and which ops f
 
 from __future__ import annotations
 
+import sys
+
 from latpred.deduce.cpu import deduce_cpu
 from latpred.deduce.gpu import deduce_gpu
 from latpred.deduce.kernel import KERNEL_TYPES, Kernel
@@ -30,3 +32,18 @@ def deduce(graph: Graph, target: Target | str) -> list[Kernel]:
     if target.processor == "gpu":
         return deduce_gpu(graph, target)
     return deduce_cpu(graph, CPU_RULES[target.device.cpu_rules])
+
+
+class _CallablePackage(type(sys.modules[__name__])):
+    """`latpred.deduce(graph, target)` works whichever object the name is bound to.
+
+    The public API documents `latpred.deduce` as a function, but importing this package (which
+    `latpred.predictors` and others do) makes the import system bind the name `deduce` on
+    `latpred` to the package itself. Making the package callable keeps both meanings working.
+    """
+
+    def __call__(self, graph: Graph, target: Target | str) -> list[Kernel]:
+        return deduce(graph, target)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

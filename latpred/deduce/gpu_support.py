@@ -62,6 +62,13 @@ def unsupported_reason(graph: Graph, op: Op, supported: frozenset[str],
     """Why the delegate rejects `op` (one short phrase), or None when it accepts it."""
     if op.type not in supported:
         return f"{op.type} has no GPU kernel in this delegate version"
+    if op.type == "RESHAPE" and _runtime_inputs(graph, op) > 1:
+        # TFLiteConverter's dynamic-batch idiom (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE) feeds
+        # the new shape at run time. ReshapeOperationParser::IsSupported demands one runtime input
+        # (CheckInputsOutputs(runtime_inputs=1), tensorflow/lite/delegates/gpu/common/
+        # model_builder.cc @ v2.9.0; the same check in tensorflow/lite/tools/versioning/
+        # gpu_compatibility.cc, kTfLiteBuiltinReshape, which later delegates call).
+        return "RESHAPE takes its new shape at run time (the GPU accepts one runtime input)"
     for t in (*op.inputs, *op.outputs):
         if t < 0 or graph.tensors[t].is_constant:
             continue
@@ -79,6 +86,10 @@ def unsupported_reason(graph: Graph, op: Op, supported: frozenset[str],
             # MeanOperationParser accepts only height/width axes in TFLite 2.9.
             return "MEAN over axes other than height and width"
     return None
+
+
+def _runtime_inputs(graph: Graph, op: Op) -> int:
+    return sum(1 for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant)
 
 
 def _axes(graph: Graph, op: Op) -> tuple[int, ...] | None:

@@ -1,13 +1,21 @@
-"""Static shapes for models with dynamic (-1) dimensions, given the caller's input shapes.
+"""Static shapes for models with dynamic (-1) dimensions.
 
-latpred never guesses a dynamic dimension: without `input_shapes` a -1 is an error. With them,
-LiteRT's own interpreter propagates the shapes (resize_tensor_input + allocate_tensors), so every
-tensor gets the shape the runtime would really run with.
+TensorFlow's converter marks the batch of every Keras model as dynamic: a tensor's
+`shape_signature` holds -1 in dimension 0 while its `shape` holds 1. LiteRT allocates tensors
+from `shape` (tensorflow/lite/core/subgraph.cc, `Subgraph::AddTensors` reads `shape` into the
+tensor's dims, and `shape_signature` only into `dims_signature`), and `benchmark_model` runs
+such a file as it is, at batch 1. So does latpred: a dynamic batch on the graph inputs, with
+every stored shape static, is read as stored, on the fast path, without a flag.
+
+Any other dynamic dimension (spatial, sequence length, a stored -1) is never guessed: it needs
+the caller's `input_shapes` (`--input-shape` on the command line), and LiteRT's own interpreter
+then propagates them (resize_tensor_input + allocate_tensors), so every tensor gets the shape the
+runtime would really run with.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from latpred.errors import ShapeError, UnsupportedModelError
 
@@ -21,10 +29,61 @@ def _declared(raw, i: int) -> tuple[int, ...]:
     return sig if sig is not None else raw.shapes[i]
 
 
-def _wanted(raw, input_shapes: Mapping[str, tuple[int, ...]] | None) -> dict[int, tuple]:
+def _batch_only(declared: tuple[int, ...], stored: tuple[int, ...]) -> bool:
+    """Only dimension 0 is free, and the file stores a static size for it (LiteRT's batch)."""
+    return -1 not in declared[1:] and -1 not in stored
+
+
+InputShapes = Mapping[str, Sequence[int]] | Sequence[int]
+
+
+def parse_input_shape(spec: str) -> tuple[str | None, tuple[int, ...]]:
+    """`NAME=1x224x224x3` or `1x224x224x3` (the only input) -> (name or None, shape)."""
+    name, _, dims = spec.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise ShapeError(f"--input-shape {spec!r} is not NAME=1x224x224x3 or 1x224x224x3 "
+                         "(positive sizes joined by 'x').")
+    return (name or None), shape
+
+
+def input_shapes_from_specs(specs: Sequence[str]) -> InputShapes | None:
+    """The `input_shapes=` argument for repeated `--input-shape` options (None for none)."""
+    if not specs:
+        return None
+    parsed = [parse_input_shape(s) for s in specs]
+    if len(parsed) == 1 and parsed[0][0] is None:
+        return parsed[0][1]
+    if any(name is None for name, _ in parsed):
+        raise ShapeError("With several --input-shape options, each must name its input: "
+                         "NAME=1x224x224x3.")
+    return {name: shape for name, shape in parsed}
+
+
+def _by_name(raw, input_shapes: InputShapes | None, by_name: dict[str, int]) -> dict:
+    """`input_shapes` as a name -> shape dict; a bare shape is the only input's."""
+    if input_shapes is None or isinstance(input_shapes, Mapping):
+        return dict(input_shapes or {})
+    if len(by_name) != 1:
+        raise ShapeError(f"A bare input shape fits a model with one input, but this one has "
+                         f"{len(by_name)}: {sorted(by_name)}; name each (NAME=1x224x224x3).")
+    return {next(iter(by_name)): tuple(input_shapes)}
+
+
+def _placeholder(declared: tuple[int, ...]) -> str:
+    """`1xHxWx3` for a declared (-1, -1, -1, 3): what the user must fill in, spelled out."""
+    names = "BHWC" if len(declared) == 4 else "B" + "N" * (len(declared) - 1)
+    return "x".join(("1" if i == 0 else names[i]) if d == -1 else str(d)
+                    for i, d in enumerate(declared))
+
+
+def _wanted(raw, input_shapes: InputShapes | None) -> dict[int, tuple]:
     """Graph input tensor index -> the static shape it must get."""
     by_name = {raw.tensors[i].name: i for i in raw.inputs}
-    given = dict(input_shapes or {})
+    given = _by_name(raw, input_shapes, by_name)
     unknown = sorted(set(given) - set(by_name))
     if unknown:
         raise ShapeError(f"input_shapes names {unknown}, but the model's inputs are "
@@ -38,17 +97,17 @@ def _wanted(raw, input_shapes: Mapping[str, tuple[int, ...]] | None) -> dict[int
                 raise ShapeError(f"Input shape {shape} for {name!r} does not fit its declared "
                                  f"shape {declared} (-1 marks a free dimension).")
             wanted[i] = shape
-        elif -1 in declared:
-            fill = tuple(1 if d == -1 else d for d in declared)
+        elif -1 in declared and not _batch_only(declared, raw.shapes[i]):
             raise UnsupportedModelError(
-                f"Input {name!r} has a dynamic shape {declared}; pass input_shapes="
-                f"{{{name!r}: {fill}}} (or the shape you mean) to read this model.")
+                f"Input {name!r} has dynamic dimensions {declared} beyond the batch; give its "
+                f"shape with --input-shape {name}={_placeholder(declared)} (input_shapes= in "
+                "Python).")
         else:
             wanted[i] = raw.shapes[i]
     return wanted
 
 
-def resolve_shapes(data: bytes, raw, input_shapes: Mapping[str, tuple[int, ...]] | None
+def resolve_shapes(data: bytes, raw, input_shapes: InputShapes | None
                    ) -> tuple[tuple[int, ...], ...]:
     """Every tensor's static shape once the graph inputs have `input_shapes`."""
     wanted = _wanted(raw, input_shapes)
@@ -59,8 +118,8 @@ def resolve_shapes(data: bytes, raw, input_shapes: Mapping[str, tuple[int, ...]]
         # Never hand a file to the interpreter unasked: it has no verifier either.
         name = raw.tensors[unresolved[0]].name
         raise UnsupportedModelError(f"Tensor {name!r} has a dynamic shape "
-                                    f"{raw.shapes[unresolved[0]]}; pass input_shapes to read "
-                                    "this model.")
+                                    f"{raw.shapes[unresolved[0]]}; give the input shapes with "
+                                    "--input-shape (input_shapes= in Python) to read this model.")
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Mapping, NamedTuple
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -42,11 +42,13 @@ B_DATA, B_OFFSET, B_SIZE = 0, 1, 2
 
 
 def read_tflite(source: str | os.PathLike | bytes | bytearray | memoryview,
-                input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+                input_shapes: Mapping[str, Sequence[int]] | Sequence[int] | None = None) -> Graph:
     """Parse a .tflite model (a path or its bytes) into a Graph.
 
-    `input_shapes` maps input tensor names to static shapes; it is required when the model has
-    dynamic (-1) dimensions, and LiteRT's interpreter then propagates the shapes.
+    A dynamic batch (what TFLiteConverter writes for every Keras model) is read as the batch the
+    file stores, 1, as LiteRT runs it. `input_shapes` maps input tensor names to static shapes
+    (a bare shape for a model with one input); it is required when the model has other dynamic
+    (-1) dimensions, and LiteRT's interpreter then propagates the shapes.
     Raises ModelFormatError, UnsupportedModelError or ShapeError with one clear sentence.
     """
     data = _load(source)

@@ -1,0 +1,98 @@
+"""The README's code blocks run as written, so the documentation cannot drift from the code.
+
+Every ```python block is executed, in order, in a folder holding what the README assumes a
+user has: `model.tflite` (a file TensorFlow's converter wrote, with the dynamic batch every Keras
+model has), a predictor trained with `latpred train` in `predictors/cpu`, and a list of
+`candidate_graphs`. Every `latpred ...` line of the other blocks must name a real command and
+only options that command has; the `inspect` lines run for real.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+import latpred
+from latpred.cli import main
+from latpred.predictors import LatencyModel
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import simdata  # noqa: E402
+
+
+def _blocks(language: str) -> list[str]:
+    return [body for lang, body in BLOCK.findall(README) if lang == language]
+
+
+@pytest.fixture(scope="module")
+def user_folder(tmp_path_factory) -> Path:
+    """What the README's Python example assumes exists, in a fresh folder."""
+    root = tmp_path_factory.mktemp("readme")
+    shutil.copy(FIXTURES / "small_cnn_dynamic.tflite", root / "model.tflite")
+    dataset = simdata.simulate(root / "data", n_models=40)
+    model = LatencyModel.fit(dataset, "host/cpu/fp32/t1", family="lasso", search="paper")
+    model.save(root / "predictors" / "cpu")
+    return root
+
+
+def test_readme_has_python_blocks() -> None:
+    assert _blocks("python"), "the README lost its Python example"
+
+
+def test_readme_python_blocks_run(user_folder: Path, monkeypatch) -> None:
+    monkeypatch.chdir(user_folder)
+    candidates = [latpred.read_tflite(FIXTURES / "small_cnn.tflite"),
+                  latpred.read_tflite(FIXTURES / "mbv2_block.tflite")]
+    namespace: dict = {"candidate_graphs": candidates}
+    for block in _blocks("python"):
+        exec(compile(block, "README.md", "exec"), namespace)
+    # The example's own names hold what it says they hold.
+    assert namespace["p"].total_ms > 0
+    assert len(namespace["totals"]) == len(candidates)
+    assert namespace["kernels"] and (user_folder / "mine.tflite").is_file()
+
+
+def _command_lines() -> list[list[str]]:
+    lines = []
+    for lang, body in BLOCK.findall(README):
+        if lang == "python":
+            continue
+        for line in body.splitlines():
+            for part in line.split("#")[0].split(";"):
+                words = shlex.split(part.strip())
+                if words[:1] == ["latpred"]:
+                    lines.append(words[1:])
+    return lines
+
+
+def test_readme_command_lines_name_real_commands_and_options() -> None:
+    lines = _command_lines()
+    assert len(lines) >= 10
+    for words in lines:
+        command = main
+        while isinstance(command, click.Group) and words and words[0] in command.commands:
+            command, words = command.commands[words[0]], words[1:]
+        assert command is not main, f"README names an unknown command: latpred {' '.join(words)}"
+        known = {opt for p in command.params for opt in getattr(p, "opts", [])}
+        for word in words:
+            if word.startswith("--"):
+                assert word.split("=")[0] in known, f"{command.name} has no option {word}"
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--target", "pixel4/gpu/fp16"]])
+def test_readme_inspect_lines_run_on_a_converter_file(extra) -> None:
+    result = CliRunner().invoke(main, ["inspect", str(FIXTURES / "small_cnn_dynamic.tflite"),
+                                       *extra])
+    assert result.exit_code == 0, result.output

@@ -62,6 +62,7 @@ _TARGET_KEYS: dict[str, tuple[type, ...]] = {
 }
 _NOISE_KEYS: dict[str, tuple[type, ...]] = {
     "e2e_retest_mdape": (float, int, type(None)), "kernel_retest_mdape": (float, int, type(None)),
+    "e2e_retest_p90": (float, int, type(None)), "kernel_retest_p90": (float, int, type(None)),
     "n_retest": (int,),
 }
 
@@ -202,6 +203,21 @@ class Dataset:
                                               float(row.latency_min_ms), int(row.n_runs))
                 for row in k.itertuples(index=False)}
 
+    # -- side files (e.g. the retests of an interleaved campaign, `retest.json`) ---------------
+    def read_json(self, name: str) -> Any:
+        """The JSON side file `name` in the dataset directory, or None when there is none."""
+        path = self.root / name
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise DatasetError(f"Cannot read {path}: {err}.") from err
+
+    def write_json(self, name: str, data: Any) -> None:
+        """Write the JSON side file `name` atomically."""
+        _write_atomic(self.root / name, lambda tmp: tmp.write_text(json.dumps(data) + "\n"))
+
     def targets(self) -> list[str]:
         """Targets the manifest describes."""
         return list(self.manifest.get("targets", {}))
@@ -300,9 +316,9 @@ def _to_arrow(df: pd.DataFrame, table: str) -> pa.Table:
 
 def _column(series: pd.Series, name: str, kind: str | None, table: str) -> pa.Array:
     values = series.tolist()
-    if kind is None:  # an extra column: kept with whatever type arrow infers
-        try:
-            return pa.array(values)
+    if kind is None:  # an extra column: kept with whatever type arrow infers (NaN: null, so
+        try:              # that rows of parts without the column can be compacted with others)
+            return pa.array(values, from_pandas=True)
         except pa.ArrowException as err:
             raise DatasetError(f"Column {name!r} of {table} cannot be stored: {err}.") from err
     if kind == "str":

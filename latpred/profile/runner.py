@@ -1,5 +1,12 @@
 """The profile loop: measure models end to end and per kernel into a Dataset, resumably.
 
+Two timing protocols (`RunOptions.protocol`, recorded in the manifest as `timing_protocol`):
+"interleaved" (the default with XNNPACK: batches of models timed round-robin, a low-quantile
+estimator, sequential stopping, a drift reference and retests at the start and the end; see
+`campaign.py` and `interleaved.py`) and "sequential" (below: one model to completion after the
+other, the median of pass medians; kept for builtin kernels, isolated kernel timing and for
+resuming datasets measured with it).
+
 For each model (a .tflite with its architecture .json beside it), per kernel `deduce` finds for
 the target, in one of two ways (`RunOptions.kernel_timing`, recorded in the manifest):
 
@@ -26,7 +33,6 @@ manifest as the noise floor.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import time
@@ -38,6 +44,8 @@ import pandas as pd
 
 from latpred.dataset import Dataset
 from latpred.errors import LatpredError, MeasurementError
+from latpred.profile.entries import ModelEntry, load_entry, model_paths  # noqa: F401 (API)
+from latpred.profile.interleaved import InterleavedProtocol, measure_batch
 from latpred.profile.kernels import check_precision, kernel_plans, kernel_row
 from latpred.profile.litert_cpu import (REALTIME_PRIORITY, CpuRequest, measure_litert_cpu,
                                         pinned_cpus, realtime_allowed)
@@ -65,6 +73,8 @@ class CpuMeasurer:
     realtime: bool = False
     fn: Callable[[Any], TimingStats] = measure_litert_cpu
     profile_fn: Callable[[Any], Any] = profile_request
+    interleaved: InterleavedProtocol = InterleavedProtocol()
+    batch_fn: Callable[[Any], Any] = measure_batch
 
     def request(self, model: bytes) -> CpuRequest:
         return CpuRequest(model=model, threads=self.threads, kernels=self.kernels,
@@ -82,55 +92,14 @@ class CpuMeasurer:
 
 
 def cpu_measurer(target, kernels: str = "xnnpack", protocol: Protocol = Protocol(),
-                 pin: bool = True, realtime: bool = True) -> CpuMeasurer:
+                 pin: bool = True, realtime: bool = True,
+                 interleaved: InterleavedProtocol = InterleavedProtocol()) -> CpuMeasurer:
     """The measurer for a host CPU target: its thread count, pinned to the last cores, under
     SCHED_FIFO where this process is allowed to (the manifest says which)."""
     threads = int(getattr(target, "threads", 1) or 1)
     return CpuMeasurer(threads=threads, kernels=kernels, protocol=protocol,
                        cpus=pinned_cpus(threads) if pin else None,
-                       realtime=realtime and realtime_allowed())
-
-
-def model_paths(items: Sequence[str | os.PathLike]) -> list[Path]:
-    """The .tflite files named, folders expanded to their *.tflite files (sorted)."""
-    paths: list[Path] = []
-    for item in items:
-        p = Path(item)
-        paths.extend(sorted(p.glob("*.tflite")) if p.is_dir() else [p])
-    if not paths:
-        raise LatpredError(f"No .tflite models in {', '.join(map(str, items))}.")
-    return paths
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """A model file to profile, with what its architecture JSON says about it."""
-
-    path: Path
-    model_id: str
-    space: str = ""
-    seed: int = -1
-    arch: str = ""
-
-
-def load_entry(path: str | os.PathLike) -> ModelEntry:
-    """The model at `path` and the architecture JSON beside it (`<stem>.json`), if any."""
-    path = Path(path)
-    if not path.is_file():
-        raise LatpredError(f"Model file {path} does not exist.")
-    meta = path.with_suffix(".json")
-    if not meta.is_file():
-        return ModelEntry(path=path, model_id=path.stem)
-    try:
-        arch = json.loads(meta.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise LatpredError(f"Architecture file {meta} is not valid JSON: {err}.") from None
-    info = arch if isinstance(arch, dict) else {}
-    seed = info.get("seed", -1)
-    return ModelEntry(path=path, model_id=str(info.get("model_id") or path.stem),
-                      space=str(info.get("space", "")),
-                      seed=int(seed) if isinstance(seed, int) else -1,
-                      arch=json.dumps(arch, sort_keys=True, separators=(",", ":")))
+                       realtime=realtime and realtime_allowed(), interleaved=interleaved)
 
 
 KERNEL_TIMINGS = {
@@ -147,7 +116,10 @@ KERNEL_TIMINGS = {
 class RunOptions:
     """Knobs of a profile run that are not the measurement itself.
 
-    `kernel_timing`: "in_context" or "isolated" (see the module docstring).
+    `kernel_timing`: "in_context" or "isolated" (see the module docstring). `protocol`:
+    "interleaved" or "sequential"; with interleaved, the drift reference is timed once in every
+    `drift_every` models (0: never) and a reference that moves by more than `drift_bound_pct`
+    percent flags the campaign; `retest_fraction` of the models is retested at start and end.
     """
 
     per_kernel: bool = True
@@ -156,8 +128,14 @@ class RunOptions:
     timeout_s: float = 300.0
     compact: bool = True
     kernel_timing: str = "in_context"
+    protocol: str = "interleaved"
+    drift_every: int = 12
+    drift_bound_pct: float = 3.0
 
     def __post_init__(self) -> None:
+        if self.protocol not in ("interleaved", "sequential"):
+            raise LatpredError(f"Unknown timing protocol {self.protocol!r}; use interleaved or "
+                               "sequential.")
         if self.kernel_timing not in KERNEL_TIMINGS:
             raise LatpredError(f"Unknown kernel timing {self.kernel_timing!r}; use one of "
                                f"{', '.join(KERNEL_TIMINGS)}.")
@@ -171,13 +149,18 @@ def kernel_timing(options: RunOptions, measurer: CpuMeasurer) -> tuple[str, str]
     return options.kernel_timing, ""
 
 
-def timing_manifest(mode: str, note: str, measurer: CpuMeasurer) -> dict[str, Any]:
+def timing_manifest(mode: str, note: str, measurer: CpuMeasurer,
+                    protocol: str = "sequential") -> dict[str, Any]:
     """The manifest fields that say how kernels (and models) were timed."""
-    fields: dict[str, Any] = {"kernel_timing": mode,
+    fields: dict[str, Any] = {"kernel_timing": mode, "timing_protocol": protocol,
                               "kernel_timing_description": KERNEL_TIMINGS[mode]}
     if note:
         fields["kernel_timing_note"] = note
-    if mode == "in_context":
+    if protocol == "interleaved":
+        p = measurer.interleaved
+        fields.update(protocol=p.as_dict(), warmup=p.warmup, estimator=p.estimator,
+                      repeats=p.min_rounds * p.min_pairs)  # the fewest plain runs of a model
+    elif mode == "in_context":
         fields["repeats"] = profiled_runs(measurer.protocol)
     return fields
 
@@ -194,6 +177,7 @@ class RunReport:
     wall_s: float = 0.0
     kernel_timing: str = "isolated"
     noise: dict = field(default_factory=dict)
+    drift: dict = field(default_factory=dict)
 
     def summary(self) -> str:
         """One paragraph for the command line."""
@@ -203,9 +187,16 @@ class RunReport:
                    if self.kernel_timing == "in_context" else
                    f"{self.kernels_measured} kernel configurations measured, "
                    f"{self.kernels_reused} reused")
-        return (f"{self.models_measured} models measured ({self.models_failed} failed), "
+        text = (f"{self.models_measured} models measured ({self.models_failed} failed), "
                 f"{self.models_skipped} already in the dataset; {kernels}; {self.wall_s:.1f} s "
                 f"({rate:.1f} models/min). Noise floor: {noise}.")
+        spread = self.drift.get("range_pct")
+        if spread is not None:
+            text += (f" Drift reference: {len(self.drift.get('series', []))} timings, range "
+                     f"{spread:.2f}%" + (f" > {self.drift['bound_pct']:g}%: DRIFT FLAGGED in the "
+                                         "manifest (see `latpred dataset drift-correct`)."
+                                         if self.drift.get("flagged") else "."))
+        return text
 
 
 def stats_fields(outcome: Outcome) -> dict[str, Any]:
@@ -225,6 +216,7 @@ def open_dataset(out: str | os.PathLike, target_name: str, measurer_fields: dict
         Dataset.create(root, name=root.name)
     entry = ds.manifest.get("targets", {}).get(target_name, {})
     _check_same_timing(ds, target_name, entry, measurer_fields.get("kernel_timing"))
+    _check_same_protocol(ds, target_name, entry, measurer_fields.get("timing_protocol"))
     fields = {**machine_fields(), **measurer_fields}
     if "date" not in entry:
         fields["date"] = time.strftime("%Y-%m-%d")
@@ -243,6 +235,14 @@ def _check_same_timing(ds: Dataset, target_name: str, entry: dict, mode: str | N
         flag = had.replace("_", "-")
         raise LatpredError(f"{target_name} in {ds.root} was profiled with {flag} kernel timing; "
                            f"resume it with --kernel-timing {flag} or use a new dataset.")
+
+
+def _check_same_protocol(ds: Dataset, target_name: str, entry: dict, protocol: str | None) -> None:
+    """One dataset target, one timing protocol (their estimators differ by ~9%)."""
+    had = entry.get("timing_protocol") or ("sequential" if ds.measured_ids(target_name) else None)
+    if protocol and had and had != protocol:
+        raise LatpredError(f"{target_name} in {ds.root} was profiled with the {had} protocol; "
+                           f"resume it with --protocol {had} or use a new dataset.")
 
 
 def profile_models(paths: Sequence[str | os.PathLike], target, out: str | os.PathLike,
@@ -269,8 +269,9 @@ def profile_models(paths: Sequence[str | os.PathLike], target, out: str | os.Pat
                                "a dataset holds one row per model and target.")
     mode, note = kernel_timing(options, measurer)
     in_context = mode == "in_context"
+    protocol = options.protocol if in_context else "sequential"
     ds = open_dataset(out, target_name, {**measurer.manifest(),
-                                         **timing_manifest(mode, note, measurer),
+                                         **timing_manifest(mode, note, measurer, protocol),
                                          "precision": getattr(target, "precision", "fp32")})
     done = ds.measured_ids(target_name)
     cache = {} if in_context else \
@@ -278,6 +279,12 @@ def profile_models(paths: Sequence[str | os.PathLike], target, out: str | os.Pat
     report = RunReport(models_skipped=sum(e.model_id in done for e in entries),
                        kernel_timing=mode)
     todo = [e for e in entries if e.model_id not in done]
+    if protocol == "interleaved":
+        from latpred.profile.campaign import run_interleaved
+
+        with Worker(measurer.batch_fn, timeout_s=options.timeout_s) as worker:
+            run_interleaved(entries, target, ds, worker, measurer, options, report, progress)
+        return _finish(ds, options, report, started)
     fn = measurer.profile_fn if in_context else measurer.fn
     with Worker(fn, timeout_s=options.timeout_s) as worker:
         bar = tqdm(todo, desc=f"profile {target_name}", unit="model", disable=not progress,
@@ -292,6 +299,10 @@ def profile_models(paths: Sequence[str | os.PathLike], target, out: str | os.Pat
         bar.close()
         report.noise = measure_noise(entries, target, ds, worker, measurer, options, progress,
                                      in_context=in_context)
+    return _finish(ds, options, report, started)
+
+
+def _finish(ds: Dataset, options: RunOptions, report: RunReport, started: float) -> RunReport:
     if options.compact:
         ds.compact()
     report.wall_s = time.perf_counter() - started

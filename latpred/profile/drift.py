@@ -1,0 +1,132 @@
+"""Drift of the measuring machine over a campaign: a reference model, its series, a correction.
+
+A shared VM's speed follows its neighbours: a quiet re-measure of the zoo read 5.9% faster than
+the campaign that made the dataset. The interleaved campaign (`campaign.py`) therefore times a
+fixed reference model (`reference_model`, built in code, so every campaign on every machine
+times the same bytes) inside every `drift_every` models' batch, with the same protocol as the
+models beside it, and records its series in the manifest (target entry `drift`):
+
+    {"reference": "builtin:drift-ref-v1", "reference_hash": sha256, "every_models": int,
+     "bound_pct": float, "estimator": str,
+     "series": [{"t": Unix time, "ms": estimate, "models_done": int, "phase": str}, ...],
+     "range_pct": (max - min) / median of the series in percent, "flagged": range > bound}
+
+`drift_correct` (`latpred dataset drift-correct`) is an optional, documented step: it writes a
+copy of a dataset whose labels are divided by the reference's interpolated relative speed at each
+model's `measured_at` (reference(t) / median of the series), so the whole campaign reads as if
+measured at the reference's median state. It assumes that a slow-down scales every model alike;
+the raw labels stay in the source dataset and the copy's rows keep a `drift_factor` column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from latpred.errors import DatasetError
+
+REFERENCE_NAME = "builtin:drift-ref-v1"
+DEFAULT_BOUND_PCT = 3.0
+
+
+@cache
+def reference_model() -> bytes:
+    """The built-in reference: a small synthetic-CNN-like model, about 2-4 ms on the host."""
+    from latpred.builder import GraphBuilder
+    from latpred.tflite import write_tflite
+
+    b = GraphBuilder(name="drift-ref-v1")
+    x = b.input((1, 112, 112, 16))
+    y = b.conv2d(x, 32, 3, activation="RELU6")
+    y = b.depthwise_conv2d(y, 3, activation="RELU6")
+    y = b.add(y, b.conv2d(y, 32, 1))
+    y = b.conv2d(y, 64, 3, stride=2, activation="RELU")
+    y = b.depthwise_conv2d(y, 5, activation="RELU")
+    y = b.conv2d(y, 96, 3, stride=2, activation="RELU")
+    y = b.mean(y, keep_dims=False)
+    b.output(b.softmax(b.fully_connected(y, 100)))
+    return write_tflite(b.build(), precision="fp32", seed=0)
+
+
+def reference_hash() -> str:
+    return hashlib.sha256(reference_model()).hexdigest()
+
+
+def summarize_drift(series: list[dict[str, Any]], bound_pct: float) -> dict[str, Any]:
+    """`range_pct` and `flagged` of a series (None / False with fewer than two points)."""
+    values = [float(p["ms"]) for p in series if p.get("ms") and not math.isnan(p["ms"])]
+    if len(values) < 2:
+        return {"range_pct": None, "flagged": False}
+    spread = (max(values) - min(values)) / float(np.median(values)) * 100.0
+    return {"range_pct": round(spread, 3), "flagged": bool(spread > bound_pct)}
+
+
+def drift_factors(series: list[dict[str, Any]], times: np.ndarray) -> np.ndarray:
+    """The reference's relative speed at each of `times`: its series interpolated linearly in
+    time (constant beyond the ends), over the series' median. 1.0 where a time is NaN."""
+    points = sorted((float(p["t"]), float(p["ms"])) for p in series
+                    if p.get("ms") and not math.isnan(p["ms"]))
+    if len(points) < 2:
+        raise DatasetError("The drift series has fewer than two reference measurements; there "
+                           "is nothing to correct by.")
+    t, v = np.array(points).T
+    factors = np.interp(np.asarray(times, dtype=np.float64), t, v) / float(np.median(v))
+    return np.where(np.isnan(times), 1.0, factors)
+
+
+_SCALED = ("latency_ms", "latency_iqr_ms", "latency_min_ms")
+
+
+def drift_correct(source: str | os.PathLike, out: str | os.PathLike,
+                  targets: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
+    """Write a drift-corrected copy of the dataset at `source` to `out` (a new directory).
+
+    Every target with a drift series (or only `targets`) is corrected; other rows are copied as
+    they are. Returns per corrected target the smallest and largest factor applied.
+    """
+    from latpred.dataset import Dataset
+
+    src = Dataset.open(source)
+    entries = src.manifest.get("targets", {})
+    chosen = list(targets) or [t for t, e in entries.items() if e.get("drift", {}).get("series")]
+    if not chosen:
+        raise DatasetError(f"No target of {src.root} has a drift series; measure it with the "
+                           "interleaved protocol and a drift reference.")
+    for t in chosen:
+        if t not in entries:
+            raise DatasetError(f"{src.root} has no target {t!r}; it has {', '.join(entries)}.")
+        if not entries[t].get("drift", {}).get("series"):
+            raise DatasetError(f"Target {t} of {src.root} has no drift series.")
+    models, kernels = src.models(), src.kernels()
+    factor = np.ones(len(models))
+    applied: dict[str, dict[str, float]] = {}
+    for t in chosen:
+        rows = (models["target"] == t).to_numpy()
+        if "measured_at" not in models.columns:
+            raise DatasetError(f"{src.root} has no measured_at column: its models were not "
+                               "timed by the interleaved protocol.")
+        f = drift_factors(entries[t]["drift"]["series"], models.loc[rows, "measured_at"]
+                          .to_numpy(np.float64))
+        factor[rows] = f
+        applied[t] = {"min_factor": round(float(f.min()), 5), "max_factor": round(float(f.max()), 5)}
+    models = models.assign(drift_factor=factor)
+    by_key = dict(zip(zip(models["model_id"], models["target"]), factor))
+    kfactor = np.array([by_key.get(k, 1.0) for k in zip(kernels["model_id"], kernels["target"])])
+    kernels = kernels.assign(drift_factor=kfactor)
+    for col in _SCALED:
+        models[col] = models[col] / models["drift_factor"]
+        kernels[col] = kernels[col] / kernels["drift_factor"]
+    dst = Dataset.create(out, name=f"{src.manifest.get('name', src.root.name)}-drift-corrected")
+    for t, entry in entries.items():
+        extra = ({"drift_corrected": {"source": str(src.root), **applied[t]}}
+                 if t in applied else {})
+        dst.update_manifest(t, **entry, **extra)
+    dst.append_kernels(kernels)
+    dst.append_models(models)
+    dst.compact()
+    return applied

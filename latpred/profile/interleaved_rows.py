@@ -1,0 +1,148 @@
+"""Dataset rows from the raw rounds of the interleaved protocol (`interleaved.ModelRounds`).
+
+A model's latency is the estimator over all its plain runs (profiler stopped); a kernel's is the
+estimator over its per-run times, each run's time being the sum of the readings of the profiled
+operators attributed to the kernel's ops in that run (`op_attribution.attribute_to_graph`; +0.5
+us per XNNPACK reading, which XNNPACK truncates to whole microseconds). Per run the kernels add up
+to that run's operator sum, so kernel figures and the end to end come from the same blocks.
+
+Besides the usual columns, rows carry the raw per-round statistics (`rounds_json`) so that
+another estimator can be computed later without re-measuring:
+
+- models: `{"plain": [round, ...], "profiled": [...], "op_sum": [...]}`, kernels:
+  `[round, ...]`; a round is `{"n", "min", "p10", "p50", "lowmean"}` in milliseconds.
+- models also get `estimator`, `n_rounds`, `stopped` ("stable"/"cap"), `measured_at` (Unix
+  time, the middle of the model's rounds, which drift correction interpolates at),
+  `profiled_ms` and `op_sum_ms` (the estimator over the profiled runs' wall clock and operator
+  sums: their ratio to `latency_ms` shows the profiler's cost and what the kernels cover).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from latpred.errors import LatpredError, MeasurementError
+from latpred.profile.estimators import estimate, round_stats
+from latpred.profile.interleaved import ModelRounds
+
+_XNNPACK_BIAS_US = 0.5
+
+
+@dataclass(frozen=True)
+class _Op:
+    """The fields of `litert_profiler.OpTiming` that `attribute_to_graph` reads."""
+
+    index: int
+    name: str
+    source: str
+    mean_us: float = 0.0
+    iqr_us: float = 0.0
+    min_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Ops:
+    ops: tuple[_Op, ...]
+
+
+def _pooled_stats(per_round: Sequence[np.ndarray], estimator: str) -> dict[str, Any]:
+    every = np.concatenate([np.asarray(r, dtype=np.float64) for r in per_round]) / 1000.0
+    q1, q3 = np.percentile(every, [25, 75])
+    return {"status": "ok", "latency_ms": estimate(every, estimator),
+            "latency_iqr_ms": float(q3 - q1), "latency_min_ms": float(every.min()),
+            "n_runs": int(every.size)}
+
+
+def _rounds(per_round: Sequence[np.ndarray]) -> list[dict[str, float]]:
+    return [round_stats(r, 1e-3) for r in per_round]
+
+
+def model_stats(rounds: ModelRounds, estimator: str) -> dict[str, Any]:
+    """A models.parquet row's latency columns and the interleaved extras."""
+    op_sums = [ops.sum(axis=1) + _bias(rounds.op_keys) for ops in rounds.op_us]
+    raw = {"plain": _rounds(rounds.plain_us), "profiled": _rounds(rounds.profiled_us),
+           "op_sum": _rounds(op_sums)}
+    return {**_pooled_stats(rounds.plain_us, estimator), **extras(rounds, estimator),
+            "profiled_ms": estimate(np.concatenate(rounds.profiled_us), estimator) / 1000.0,
+            "op_sum_ms": estimate(np.concatenate(op_sums), estimator) / 1000.0,
+            "rounds_json": json.dumps(raw, separators=(",", ":"))}
+
+
+def extras(rounds: ModelRounds | None, estimator: str) -> dict[str, Any]:
+    """The extra model columns, with neutral values for a model that was not measured."""
+    if rounds is None or not rounds.ok:
+        return {"estimator": estimator, "n_rounds": 0, "stopped": "", "measured_at": math.nan,
+                "profiled_ms": math.nan, "op_sum_ms": math.nan, "rounds_json": ""}
+    return {"estimator": estimator, "n_rounds": len(rounds.plain_us), "stopped": rounds.stopped,
+            "measured_at": (rounds.started + rounds.finished) / 2.0}
+
+
+def _bias(keys: Sequence[tuple[int, str, str]]) -> float:
+    return _XNNPACK_BIAS_US * sum(k[2] == "xnnpack" for k in keys)
+
+
+def kernel_events(graph, kernels, keys: Sequence[tuple[int, str, str]]) -> list[list[int]]:
+    """Per kernel, the indices of the profiled operators that belong to its ops."""
+    from latpred.profile.op_attribution import attribute_to_graph
+
+    try:
+        attributed = attribute_to_graph(graph, _Ops(tuple(_Op(*k) for k in keys)))
+    except (ValueError, IndexError) as err:
+        raise MeasurementError(f"The profile does not map onto the model's ops ({err}).") from None
+    by_op = {a.op_index: a for a in attributed}
+    out = []
+    for kernel in kernels:
+        missing = [i for i in kernel.ops if i not in by_op]
+        if missing:
+            raise MeasurementError(f"Kernel {kernel.type} reads ops {missing} that the profile "
+                                   "does not cover.")
+        out.append([j for i in kernel.ops for j in by_op[i].events])
+    return out
+
+
+def kernel_stats(graph, kernels, rounds: ModelRounds, estimator: str) -> list[dict[str, Any]]:
+    """Per kernel, a kernels.parquet row's latency columns plus `rounds_json`. Raises
+    `MeasurementError` when the operators cannot be attributed to the graph's ops."""
+    keys = rounds.op_keys
+    out = []
+    for events in kernel_events(graph, kernels, keys):
+        bias = _bias([keys[j] for j in events])
+        per_round = [ops[:, events].sum(axis=1) + bias for ops in rounds.op_us]
+        out.append({**_pooled_stats(per_round, estimator),
+                    "rounds_json": json.dumps(_rounds(per_round), separators=(",", ":"))})
+    return out
+
+
+def e2e_and_kernels(prep, rounds: ModelRounds, estimator: str) -> tuple[float, list[float]]:
+    """The end-to-end estimate and each planned kernel's (empty when they cannot be split out);
+    what the start and end retests compare."""
+    e2e = estimate(np.concatenate(rounds.plain_us), estimator) / 1000.0
+    if not prep.plans:
+        return e2e, []
+    try:
+        stats = kernel_stats(prep.graph, [p.kernel for p in prep.plans], rounds, estimator)
+    except LatpredError:
+        return e2e, []
+    return e2e, [s["latency_ms"] for s in stats]
+
+
+def rounds_estimate(rounds_json: str, estimator: str = "min", series: str = "plain") -> float:
+    """An estimate recomputed from a stored `rounds_json` (a model's `series`, or a kernel's
+    list): "min" exactly; the others as the median over rounds of that round statistic
+    ("p10", "p50", "lowmean"). NaN without rounds."""
+    data = json.loads(rounds_json) if rounds_json else []
+    rounds = data.get(series, []) if isinstance(data, dict) else data
+    rounds = [r for r in rounds if r.get("n")]
+    if not rounds:
+        return math.nan
+    if estimator == "min":
+        return float(min(r["min"] for r in rounds))
+    if estimator not in ("p10", "p50", "lowmean"):
+        raise LatpredError(f"Cannot recompute {estimator!r} from per-round statistics; use "
+                           "min, p10, p50 or lowmean.")
+    return float(np.median([r[estimator] for r in rounds]))

@@ -174,7 +174,21 @@ def sample(space_file: str, n: int, seed: int, out: str, precision: str) -> None
               help="Kernels timed inside the whole model by LiteRT's profiler (XNNPACK only), "
                    "or each alone as a sub-model.")
 @click.option("--retest", default=0.05, show_default=True, type=click.FloatRange(0, 1),
-              help="Fraction of models re-measured at the end for the noise floor.")
+              help="Fraction of models re-measured for the noise floor (interleaved: at the "
+                   "start and at the end; sequential: at the end).")
+@click.option("--protocol", default="interleaved", show_default=True,
+              type=click.Choice(["interleaved", "sequential"]),
+              help="Batches of models timed round-robin with a low-quantile estimator and "
+                   "sequential stopping (docs/measurement.md), or one model after the other.")
+@click.option("--estimator", default="min", show_default=True,
+              type=click.Choice(["min", "p05", "p10", "lowmean"]),
+              help="Interleaved: the estimator over a model's (or kernel's) runs.")
+@click.option("--batch-size", default=12, show_default=True, type=click.IntRange(min=1),
+              help="Interleaved: models loaded and timed round-robin together.")
+@click.option("--drift-every", default=12, show_default=True, type=click.IntRange(min=0),
+              help="Interleaved: time the drift reference once every N models (0: never).")
+@click.option("--drift-bound", default=3.0, show_default=True, type=click.FloatRange(min=0),
+              help="Interleaved: flag the campaign when the reference moves by more (percent).")
 @click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=1),
               help="Seconds one measurement may take before it is killed as a hang.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the noise-floor sample.")
@@ -183,20 +197,46 @@ def sample(space_file: str, n: int, seed: int, out: str, precision: str) -> None
               help="Do not time under SCHED_FIFO (used where allowed: far less noise).")
 @click.argument("models", nargs=-1, required=True, type=click.Path(exists=True))
 def profile(target_name: str, out: str, kernels: str, e2e_only: bool, kernel_timing: str,
-            retest: float, timeout: float, seed: int, no_pin: bool, no_realtime: bool,
+            retest: float, protocol: str, estimator: str, batch_size: int, drift_every: int,
+            drift_bound: float, timeout: float, seed: int, no_pin: bool, no_realtime: bool,
             models: tuple[str, ...]) -> None:
     """Measure .tflite MODELS (files or folders; architecture .json beside) on this CPU."""
+    from latpred.profile.interleaved import InterleavedProtocol
     from latpred.profile.runner import RunOptions, cpu_measurer, model_paths, profile_models
     from latpred.target import parse_target
 
     target = parse_target(target_name)
     report = profile_models(model_paths(models), target, out,
                             cpu_measurer(target, kernels, pin=not no_pin,
-                                         realtime=not no_realtime),
+                                         realtime=not no_realtime,
+                                         interleaved=InterleavedProtocol(
+                                             batch_size=batch_size, estimator=estimator)),
                             RunOptions(per_kernel=not e2e_only, retest_fraction=retest,
                                        seed=seed, timeout_s=timeout,
-                                       kernel_timing=kernel_timing.replace("-", "_")))
+                                       kernel_timing=kernel_timing.replace("-", "_"),
+                                       protocol=protocol, drift_every=drift_every,
+                                       drift_bound_pct=drift_bound))
     click.echo(report.summary())
+
+
+@main.group("dataset")
+def dataset_group() -> None:
+    """Maintain measured datasets."""
+
+
+@dataset_group.command("drift-correct")
+@click.argument("source", type=click.Path(file_okay=False, exists=True))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="New dataset directory for the corrected copy (SOURCE is left as it is).")
+@click.option("--target", "targets", multiple=True,
+              help="Correct only this target (repeatable; default: every one with a series).")
+def dataset_drift_correct(source: str, out: str, targets: tuple[str, ...]) -> None:
+    """Rescale SOURCE's labels by its drift reference, interpolated at each model's time."""
+    from latpred.profile.drift import drift_correct
+
+    for target, f in drift_correct(source, out, targets).items():
+        click.echo(f"{target}: labels divided by {f['min_factor']:.4f}-{f['max_factor']:.4f}.")
+    click.echo(f"Wrote the drift-corrected dataset to {out}.")
 
 
 @main.command("import-benchmark")

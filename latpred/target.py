@@ -6,6 +6,10 @@ including which GPU-delegate rule set applies. A *target* is where latency is pr
 measured: a device, a processor, a precision and, on CPU, the cores used. Targets are written as
 short strings: `pixel4/gpu/fp16`, `pixel4/cpu/fp32/1L+3M`, `host/cpu/int8/t2`.
 
+A profile may also have a `cuda:` section: a second runtime on the same GPU (PyTorch with cuDNN,
+`pytorch-cuda`), targeted as `h100/cuda/fp16` (batch 1) or `h100/cuda/fp16/b32`: the optional
+fourth part of a CUDA target is its batch size, written `b<N>` (omitted for batch 1).
+
 Profiles are validated when loaded and cached by name, so a NAS loop never reads a file twice.
 """
 
@@ -23,7 +27,7 @@ from latpred.errors import ConfigError, TargetError
 
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "configs" / "devices"
 
-PROCESSORS = ("cpu", "gpu")
+PROCESSORS = ("cpu", "gpu", "cuda")
 PRECISIONS = ("fp32", "fp16", "int8")
 GPU_VENDORS = ("adreno", "mali", "powervr", "apple", "nvidia", "amd", "intel")
 GPU_APIS = ("opencl", "metal", "opengl", "vulkan", "webgpu")
@@ -75,6 +79,21 @@ class GpuSpec:
 
 
 @dataclass(frozen=True)
+class CudaSpec:
+    """A CUDA runtime on the device's GPU (PyTorch eager with cuDNN, timed by CUDA-graph replay).
+
+    `rules` names the kernel-deduction rule set (`latpred.deduce.rulesets.CUDA_RULES`);
+    `batches` lists the batch sizes its targets may name.
+    """
+
+    runtime: str
+    runtime_version: str
+    rules: str
+    precisions: tuple[str, ...] = ("fp16", "fp32")
+    batches: tuple[int, ...] = (1,)
+
+
+@dataclass(frozen=True)
 class DeviceProfile:
     """One machine and the runtime that executes models on it."""
 
@@ -91,6 +110,7 @@ class DeviceProfile:
     default_cores: str
     gpu: GpuSpec | None = None
     gpu_rules: str | None = None
+    cuda: CudaSpec | None = None
 
     @property
     def total_cores(self) -> int:
@@ -112,23 +132,35 @@ class Target:
     precision: str
     threads: int
     cores: str = ""
+    batch: int = 1
 
     @property
     def runtime(self) -> str:
+        if self.processor == "cuda":
+            return self.device.cuda.runtime
         return self.device.runtime
 
     @property
     def runtime_version(self) -> str:
+        if self.processor == "cuda":
+            return self.device.cuda.runtime_version
         return self.device.runtime_version
 
     @property
     def is_gpu(self) -> bool:
-        return self.processor == "gpu"
+        """Whether the target runs on the GPU (the TFLite/LiteRT delegate or a CUDA runtime)."""
+        return self.processor in ("gpu", "cuda")
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.processor == "cuda"
 
     def __str__(self) -> str:
         parts = [self.device.name, self.processor, self.precision]
         if self.processor == "cpu":
             parts.append(self.cores)
+        elif self.processor == "cuda" and self.batch != 1:
+            parts.append(f"b{self.batch}")
         return "/".join(parts)
 
 
@@ -175,15 +207,19 @@ def parse_profile(raw: Any, source: str = "<profile>", name: str | None = None) 
     gpu_rules = r.get("gpu_rules", (str, type(None)), required=False)
     if (gpu is None) != (gpu_rules is None):
         raise ConfigError(f"{source}: gpu and gpu_rules must be given together.")
+    cuda_raw = r.get("cuda", (dict, type(None)), required=False)
+    cuda = _cuda(cuda_raw, f"{source}: cuda") if cuda_raw is not None else None
+    if cuda is not None and gpu is None:
+        raise ConfigError(f"{source}: a cuda runtime needs the gpu section.")
     profile = DeviceProfile(
         name=prof_name, display_name=r.text("display_name"), soc=r.text("soc"),
         runtime=r.text("runtime"), runtime_version=str(r.get("runtime_version", (str, int, float))),
         cpu_arch=cpu.text("arch"), core_mode=cpu.choice("core_mode", CORE_MODES),
         clusters=clusters, cpu_precisions=cpu.choices("precisions", PRECISIONS),
         cpu_rules=cpu.text("rules"), default_cores=cpu.text("default_cores"),
-        gpu=gpu, gpu_rules=gpu_rules)
+        gpu=gpu, gpu_rules=gpu_rules, cuda=cuda)
     r.no_extra({"name", "display_name", "soc", "runtime", "runtime_version", "cpu", "gpu",
-                "gpu_rules"})
+                "gpu_rules", "cuda"})
     cpu.no_extra({"arch", "core_mode", "clusters", "precisions", "rules", "default_cores"})
     if profile.core_mode == "threads" and len(clusters) != 1:
         raise ConfigError(f"{source}: core_mode 'threads' needs exactly one cluster.")
@@ -194,7 +230,7 @@ def parse_profile(raw: Any, source: str = "<profile>", name: str | None = None) 
 
 def _check_rules(profile: DeviceProfile, source: str) -> None:
     # Imported here: deduce imports target, and rule sets live with the deduction code.
-    from latpred.deduce.rulesets import CPU_RULES, GPU_RULES
+    from latpred.deduce.rulesets import CPU_RULES, CUDA_RULES, GPU_RULES
 
     if profile.cpu_rules not in CPU_RULES:
         raise ConfigError(f"{source}: unknown cpu.rules {profile.cpu_rules!r}; "
@@ -202,6 +238,22 @@ def _check_rules(profile: DeviceProfile, source: str) -> None:
     if profile.gpu_rules is not None and profile.gpu_rules not in GPU_RULES:
         raise ConfigError(f"{source}: unknown gpu_rules {profile.gpu_rules!r}; "
                           f"known: {', '.join(sorted(GPU_RULES))}.")
+    if profile.cuda is not None and profile.cuda.rules not in CUDA_RULES:
+        raise ConfigError(f"{source}: unknown cuda.rules {profile.cuda.rules!r}; "
+                          f"known: {', '.join(sorted(CUDA_RULES))}.")
+
+
+def _cuda(raw: Any, source: str) -> CudaSpec:
+    r = _Reader(raw, source)
+    batches = r.get("batches", list, required=False) or [1]
+    if not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in batches):
+        raise ConfigError(f"{source}: batches must be a list of positive integers.")
+    spec = CudaSpec(runtime=r.text("runtime"),
+                    runtime_version=str(r.get("runtime_version", (str, int, float))),
+                    rules=r.text("rules"), precisions=r.choices("precisions", ("fp16", "fp32")),
+                    batches=tuple(batches))
+    r.no_extra({"runtime", "runtime_version", "rules", "precisions", "batches"})
+    return spec
 
 
 def _cluster(raw: Any, source: str) -> CpuCluster:
@@ -304,6 +356,8 @@ def _parse_target(text: str, directory: str) -> Target:
                           "e.g. pixel4/gpu/fp16 or pixel4/cpu/fp32/1L+3M.")
     device = load_device(parts[0], directory)
     processor, precision = parts[1], parts[2]
+    if processor == "cuda":
+        return _cuda_target(device, precision, parts[3] if len(parts) == 4 else "b1")
     if processor not in PROCESSORS or (processor == "gpu" and device.gpu is None):
         have = "cpu, gpu" if device.gpu is not None else "cpu"
         raise TargetError(f"Device {device.name} has no processor {processor!r}; it has {have}.")
@@ -317,6 +371,22 @@ def _parse_target(text: str, directory: str) -> Target:
         return Target(device, processor, precision, threads=1, cores="")
     cores, threads = parse_cores(device, parts[3] if len(parts) == 4 else device.default_cores)
     return Target(device, processor, precision, threads=threads, cores=cores)
+
+
+def _cuda_target(device: DeviceProfile, precision: str, batch_text: str) -> Target:
+    cuda = device.cuda
+    if cuda is None:
+        have = "cpu, gpu" if device.gpu is not None else "cpu"
+        raise TargetError(f"Device {device.name} has no processor 'cuda'; it has {have}.")
+    if precision not in cuda.precisions:
+        raise TargetError(f"Precision {precision!r} is not available on {device.name}/cuda;"
+                          f" available: {', '.join(cuda.precisions)}.")
+    m = re.fullmatch(r"b(\d+)", batch_text)
+    if not m or int(m.group(1)) not in cuda.batches:
+        sizes = ", ".join(f"b{b}" for b in cuda.batches)
+        raise TargetError(f"Batch {batch_text!r} is not valid on {device.name}/cuda; use one of "
+                          f"{sizes}.")
+    return Target(device, "cuda", precision, threads=1, cores="", batch=int(m.group(1)))
 
 
 def parse_cores(device: DeviceProfile, text: str) -> tuple[str, int]:
@@ -349,5 +419,7 @@ def target_strings(device: DeviceProfile) -> list[str]:
     out = []
     if device.gpu is not None:
         out += [f"{device.name}/gpu/{p}" for p in device.gpu.precisions]
+    if device.cuda is not None:
+        out += [f"{device.name}/cuda/{p}" for p in device.cuda.precisions]
     out += [f"{device.name}/cpu/{p}/{device.default_cores}" for p in device.cpu_precisions]
     return out

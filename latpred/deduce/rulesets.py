@@ -89,3 +89,19 @@ CPU_RULES: dict[str, CpuRuleSet] = {
             "SPLIT", "TRANSPOSE", "RESIZE_BILINEAR", "QUANTIZE", "DEQUANTIZE", "ABS", "NEG",
             "SQRT", "SQUARE", "RSQRT", "EXP", "PRELU"})),
 }
+
+
+@dataclass(frozen=True, eq=False)  # registry singletons
+class CudaRuleSet:
+    """A CUDA runtime (PyTorch eager on cuDNN/cuBLAS): what each op launches is
+    `latpred.deduce.cuda`'s rules; `label` names the runtime in explanations."""
+
+    name: str
+    label: str
+
+
+CUDA_RULES: dict[str, CudaRuleSet] = {
+    # PyTorch 2.11 eager, channels_last, cuDNN heuristics (cudnn.benchmark off), on the H100;
+    # checked against torch.profiler kernel lists (datasets/h100-cuda-*, tests/test_cuda_deduce.py).
+    "pytorch-cuda": CudaRuleSet(name="pytorch-cuda", label="PyTorch CUDA (cuDNN)"),
+}

@@ -243,6 +243,25 @@ class GraphBuilder:
         return self._op("RESHAPE", (x, self._int_const((len(target),), target, f"{base}/shape")),
                         base)[0]
 
+    def dynamic_reshape(self, x: int, shape: Sequence[int], name: str | None = None) -> int:
+        """RESHAPE to `shape` the way TFLiteConverter writes a Keras Reshape with a dynamic
+        batch: SHAPE(x) -> STRIDED_SLICE (the batch, a scalar) -> PACK(batch, *shape[1:]) ->
+        RESHAPE(x, packed). The new shape is a runtime tensor, so runtimes cannot fold it (the
+        GPU delegate rejects such a RESHAPE; on the CPU they are four builtin kernels)."""
+        target = reshape_target(self._get(x).size, tuple(int(d) for d in shape))
+        base = self._base(name, "dynamic_reshape")
+        rank = len(self._get(x).shape)
+        dims = self._raw("SHAPE", (x,), [((rank,), "int32")], f"{base}/shape", out_type=2)[0]
+        one = self._int_const((1,), (1,), f"{base}/one")
+        batch = self._raw("STRIDED_SLICE", (dims, self._int_const((1,), (0,), f"{base}/begin"),
+                                            one, one), [((), "int32")], f"{base}/batch",
+                          begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0,
+                          shrink_axis_mask=1, offset=False)[0]
+        rest = [self._int_const((), (d,), f"{base}/dim{i + 1}") for i, d in enumerate(target[1:])]
+        packed = self._raw("PACK", (batch, *rest), [((len(target),), "int32")], f"{base}/pack",
+                           values_count=len(target), axis=0)[0]
+        return self._raw("RESHAPE", (x, packed), [(target, self._get(x).dtype)], base)[0]
+
     def transpose(self, x: int, perm: Sequence[int], name: str | None = None) -> int:
         """TRANSPOSE with a constant int32 permutation."""
         base = self._base(name, "transpose")
@@ -252,14 +271,21 @@ class GraphBuilder:
 
     # -- blocks --------------------------------------------------------------------------------
     def squeeze_excite(self, x: int, ratio: float = 0.25, gate: str = "sigmoid",
-                       reduced: int | None = None, name: str | None = None) -> int:
+                       reduced: int | None = None, keep_dims: bool = True,
+                       name: str | None = None) -> int:
         """Squeeze-and-excite: MEAN(keep_dims) -> 1x1 CONV_2D (RELU) -> 1x1 CONV_2D -> gate ->
         MUL(x, gate). `gate` "sigmoid" is LOGISTIC; "hard_sigmoid" is ADD(3, RELU6) then
-        MUL(1/6), as MobileNetV3 converts. `reduced` channels default to max(1, round(C*ratio))."""
+        MUL(1/6), as MobileNetV3 converts. `reduced` channels default to max(1, round(C*ratio)).
+        `keep_dims=False` squeezes as Keras's EfficientNet converts: MEAN without keep_dims,
+        then `dynamic_reshape` back to (1, 1, 1, C)."""
         c = self._channels(x, "squeeze_excite")
         mid = reduced if reduced is not None else max(1, round(c * ratio))
         base = self._base(name, "squeeze_excite")
-        s = self.mean(x, (1, 2), keep_dims=True, name=f"{base}/squeeze")
+        if keep_dims:
+            s = self.mean(x, (1, 2), keep_dims=True, name=f"{base}/squeeze")
+        else:
+            s = self.mean(x, (1, 2), keep_dims=False, name=f"{base}/squeeze")
+            s = self.dynamic_reshape(s, (1, 1, 1, c), name=f"{base}/reshape")
         s = self.conv2d(s, mid, 1, activation="RELU", name=f"{base}/reduce")
         s = self.conv2d(s, c, 1, name=f"{base}/expand")
         if gate == "sigmoid":
@@ -325,6 +351,17 @@ class GraphBuilder:
         # Attribute values here are already ints, strs and tuples: no freezing needed.
         self._ops.append(Op(op_type, tuple(inputs), tuple(outs), tuple(sorted(attrs.items()))))
         return outs
+
+
+    def _raw(self, op_type: str, inputs: Sequence[int], outs: Sequence[tuple[tuple, str]],
+             base: str, **attrs) -> list[int]:
+        """An op whose output shapes the caller knows (no rule infers them from runtime values)."""
+        for t in inputs:
+            self._get(t)
+        ids = [self._tensor(base if len(outs) == 1 else f"{base}:{k}", shape, dtype)
+               for k, (shape, dtype) in enumerate(outs)]
+        self._ops.append(Op(op_type, tuple(inputs), tuple(ids), tuple(sorted(attrs.items()))))
+        return ids
 
 
 def _count(v, what: str) -> int:

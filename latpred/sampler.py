@@ -90,11 +90,31 @@ def _names(allowed: Sequence[str]) -> Callable[[Any, str, str], tuple[str, ...]]
     return check
 
 
-# Block type -> parameter -> (validator, default choices or None when required).
+# Converter idioms (what TFLiteConverter writes for Keras models, search_space/converter_cnn.yaml):
+# - act: the block's activation: the space's fused one, or HARD_SWISH / swish (LOGISTIC + MUL)
+#   as separate ops, as MobileNetV3 and EfficientNet convert;
+# - pad: "same", or "explicit": a stride-2 convolution as PAD then VALID (Keras's ZeroPadding2D
+#   + Conv2D(padding="valid") in MobileNetV1/V2, ResNet, EfficientNet);
+# - se_style: "keep_dims" (MEAN keeping H, W) or "keras" (GlobalAveragePooling2D then
+#   Reshape((1, 1, C)): MEAN without keep_dims, then the dynamic-batch chain SHAPE ->
+#   STRIDED_SLICE -> PACK -> RESHAPE); se_gate: sigmoid or hard_sigmoid;
+# - depth_multiplier of a depthwise convolution.
+# Absent keys keep the original behaviour, so older architecture files rebuild unchanged.
+ACTS = ("fused", "hard_swish", "swish")
+PADS = ("same", "explicit")
+SE_STYLES = ("keep_dims", "keras")
+SE_GATES = ("sigmoid", "hard_sigmoid")
+_IDIOMS = {"act": (_names(ACTS), ()), "pad": (_names(PADS), ())}
+
+# Block type -> parameter -> (validator, default choices; None when required, () when an
+# optional idiom is simply not drawn).
 _BLOCKS: dict[str, dict[str, tuple[Callable, tuple | None]]] = {
-    "conv": {"kernel": (_odd, None), "grouped": (_bools, (False,)), "group_size": (_ints, (4,))},
-    "dwsep": {"kernel": (_odd, None)},
-    "bottleneck": {"kernel": (_odd, None), "expansion": (_ints, None), "se": (_bools, (False,))},
+    "conv": {"kernel": (_odd, None), "grouped": (_bools, (False,)), "group_size": (_ints, (4,)),
+             **_IDIOMS},
+    "dwsep": {"kernel": (_odd, None), "depth_multiplier": (_ints, ()), **_IDIOMS},
+    "bottleneck": {"kernel": (_odd, None), "expansion": (_ints, None), "se": (_bools, (False,)),
+                   "se_style": (_names(SE_STYLES), ()), "se_gate": (_names(SE_GATES), ()),
+                   **_IDIOMS},
     "pool": {"kind": (_names(POOL_KINDS), None), "size": (_ints, None)},
     "split": {"parts": (lambda v, w, k: _ints(v, w, k, low=2), None),
               "elementwise": (_names(ELEMENTWISE), None)},
@@ -180,7 +200,8 @@ def _parse_blocks(value: Any, where: str) -> dict[str, dict[str, tuple]]:
         params = _mapping(params or {}, f"{where} block {btype!r}", tuple(schema),
                           [k for k, (_, default) in schema.items() if default is None])
         blocks[btype] = {k: (check(params[k], f"{where} block {btype!r}", k) if k in params
-                             else default) for k, (check, default) in schema.items()}
+                             else default) for k, (check, default) in schema.items()
+                         if k in params or default != ()}
     return blocks
 
 
@@ -279,8 +300,12 @@ _LAYER_KEYS = {"conv": ("kernel", "groups"), "dwsep": ("kernel",),
                "split": ("parts", "elementwise")}
 
 
+_IDIOM_KEYS = ("act", "pad", "depth_multiplier", "se_style", "se_gate")
+
+
 def _layer(btype: str, params: dict, stride: int, out: int, residual: bool) -> dict:
-    layer = {"type": btype, **{k: params[k] for k in _LAYER_KEYS[btype]}}
+    layer = {"type": btype, **{k: params[k] for k in _LAYER_KEYS[btype]},
+             **{k: params[k] for k in _IDIOM_KEYS if k in params}}
     if btype != "split":
         layer["stride"] = stride
     if btype in ("conv", "dwsep", "bottleneck"):
@@ -327,22 +352,51 @@ def build_graph(arch: Mapping[str, Any]) -> Graph:
             from err
 
 
+def _activate(b, x: int, layer: dict) -> int:
+    """The block's activation when it is a separate op (HARD_SWISH, swish); else `x`."""
+    act = layer.get("act", "fused")
+    return x if act == "fused" else getattr(b, act)(x)
+
+
+def _fused(layer: dict, act: str) -> str:
+    return act if layer.get("act", "fused") == "fused" else "NONE"
+
+
+def _spatial(b, x: int, layer: dict, conv, **kw) -> int:
+    """A k x k convolution (`conv` a builder method): SAME, or PAD + VALID as Keras writes a
+    strided one (ZeroPadding2D(correct_pad) pads (k-1)//2 - 1 before and (k-1)//2 after when
+    the input is even, as keras.applications' imagenet_utils.correct_pad does)."""
+    k, stride = layer["kernel"], layer["stride"]
+    if layer.get("pad", "same") == "explicit" and stride == 2 and k > 1:
+        h = b.shape(x)[1]
+        before = (k - 1) // 2 - (1 if h % 2 == 0 else 0)
+        x = b.pad(x, ((before, (k - 1) // 2), (before, (k - 1) // 2)))
+        return conv(x, kernel=k, stride=stride, padding="VALID", **kw)
+    return conv(x, kernel=k, stride=stride, padding="SAME", **kw)
+
+
 def _conv(b, x: int, layer: dict, act: str, cin: int) -> int:
-    return b.conv2d(x, layer["channels"], layer["kernel"], stride=layer["stride"],
-                    groups=layer["groups"], activation=act)
+    x = _spatial(b, x, layer, lambda y, **kw: b.conv2d(y, layer["channels"], **kw),
+                 groups=layer["groups"], activation=_fused(layer, act))
+    return _activate(b, x, layer)
 
 
 def _dwsep(b, x: int, layer: dict, act: str, cin: int) -> int:
-    x = b.depthwise_conv2d(x, layer["kernel"], stride=layer["stride"], activation=act)
-    return b.conv2d(x, layer["channels"], 1, activation=act)
+    x = _spatial(b, x, layer, b.depthwise_conv2d, activation=_fused(layer, act),
+                 depth_multiplier=layer.get("depth_multiplier", 1))
+    x = _activate(b, x, layer)
+    return _activate(b, b.conv2d(x, layer["channels"], 1, activation=_fused(layer, act)), layer)
 
 
 def _bottleneck(b, x: int, layer: dict, act: str, cin: int) -> int:
     if layer["expansion"] != 1:
-        x = b.conv2d(x, cin * layer["expansion"], 1, activation=act)
-    x = b.depthwise_conv2d(x, layer["kernel"], stride=layer["stride"], activation=act)
+        x = _activate(b, b.conv2d(x, cin * layer["expansion"], 1,
+                                  activation=_fused(layer, act)), layer)
+    x = _activate(b, _spatial(b, x, layer, b.depthwise_conv2d, activation=_fused(layer, act)),
+                  layer)
     if layer["se"]:
-        x = b.squeeze_excite(x, ratio=0.25)
+        x = b.squeeze_excite(x, ratio=0.25, gate=layer.get("se_gate", "sigmoid"),
+                             keep_dims=layer.get("se_style", "keep_dims") == "keep_dims")
     return b.conv2d(x, layer["channels"], 1)  # the linear projection: no activation
 
 

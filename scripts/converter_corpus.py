@@ -13,8 +13,8 @@ depend on the values) into a folder latpred can profile:
 
 Each model gets `<name>.tflite` and `<name>.json` (what Keras says: family, input/output shapes,
 parameter count, TensorFlow version; `space` "converter" so `latpred profile` labels it). The
-files with at most FIXTURE_PARAMS parameters are also the committed fixtures; the big ones are
-regenerated from here. latpred itself never depends on TensorFlow.
+committed fixtures are small variants of the same architectures (FIXTURE_SET); the corpus
+itself is regenerated from here. latpred itself never depends on TensorFlow.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from tensorflow import keras
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "corpus"
-FIXTURE_PARAMS = 600_000
 A = keras.applications
 
 # name -> (constructor, keyword arguments); weights=None everywhere (random init, seeded).
@@ -84,8 +83,30 @@ _add("densenet121_160", A.DenseNet121, input_shape=(160, 160, 3))
 _add("resnet50_160", A.ResNet50, input_shape=(160, 160, 3))
 
 
+# The committed fixtures (tests/fixtures/corpus): the same Keras architecture code at small
+# width, resolution and class count, so the files stay under ~1 MB yet hold every idiom above
+# (EfficientNet's constructor is keras.applications' own, with its width/depth coefficients).
+def _efficientnet_tiny(**kw):
+    from keras.src.applications import efficientnet
+
+    return efficientnet.EfficientNet(0.25, 0.25, 96, 0.2, name="efficientnet_tiny", **kw)
+
+
+FIXTURE_SET: dict[str, tuple] = {
+    "fx_mobilenet_v1_0.25_96": (A.MobileNet, {"alpha": 0.25, "input_shape": (96, 96, 3),
+                                              "classes": 100}),
+    "fx_mobilenet_v2_0.35_96": (A.MobileNetV2, {"alpha": 0.35, "input_shape": (96, 96, 3),
+                                                "classes": 100}),
+    "fx_mobilenet_v3_small_0.35_96": (A.MobileNetV3Small, {
+        "alpha": 0.35, "input_shape": (96, 96, 3), "classes": 100,
+        "include_preprocessing": False}),
+    "fx_efficientnet_tiny_96": (_efficientnet_tiny, {"input_shape": (96, 96, 3),
+                                                    "classes": 100}),
+}
+
+
 def _build(name: str) -> keras.Model:
-    fn, kw = CORPUS[name]
+    fn, kw = {**CORPUS, **FIXTURE_SET}[name]
     keras.utils.set_random_seed(0)
     try:
         return fn(weights=None, **kw)
@@ -98,10 +119,17 @@ def _facts(name: str, model: keras.Model) -> dict:
     def shape(t):
         return [d if d is not None else -1 for d in t.shape]
 
-    return {"name": name, "space": "converter", "family": CORPUS[name][0].__name__,
+    return {"name": name, "space": "converter",
+            "family": {**CORPUS, **FIXTURE_SET}[name][0].__name__,
             "converter": "TFLiteConverter.from_keras_model", "tensorflow": tf.__version__,
             "keras": keras.__version__, "inputs": [shape(t) for t in model.inputs],
-            "outputs": [shape(t) for t in model.outputs], "params": int(model.count_params())}
+            "outputs": [shape(t) for t in model.outputs], "params": int(model.count_params()),
+            # The converter folds each batch norm's 4 vectors into its conv's bias (1 vector):
+            # the file holds params - 3 * bn_channels weights (tests check exactly that).
+            "bn_channels": sum(int(layer.gamma.shape[0] if layer.gamma is not None
+                                   else layer.moving_mean.shape[0])
+                               for layer in model.layers
+                               if isinstance(layer, keras.layers.BatchNormalization))}
 
 
 def convert(name: str) -> tuple[bytes, dict]:
@@ -115,19 +143,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "out" / "corpus")
     ap.add_argument("--only", nargs="*", default=None, help="Names to make (default: all).")
     ap.add_argument("--fixtures", action="store_true",
-                    help=f"Only the models with <= {FIXTURE_PARAMS:,} parameters, into "
-                         f"{FIXTURES.relative_to(ROOT)}.")
+                    help=f"The small variants of FIXTURE_SET, into {FIXTURES.relative_to(ROOT)}.")
     ap.add_argument("--list", action="store_true", help="Print the names and stop.")
+    ap.add_argument("--refresh-facts", action="store_true",
+                    help="Rewrite each existing model's .json without converting it again.")
     args = ap.parse_args(argv)
     if args.list:
         print("\n".join(CORPUS))
         return 0
     out = FIXTURES if args.fixtures else args.out
     out.mkdir(parents=True, exist_ok=True)
-    for name in args.only or list(CORPUS):
+    for name in args.only or list(FIXTURE_SET if args.fixtures else CORPUS):
         if (out / f"{name}.tflite").exists():
-            continue
-        if args.fixtures and _build(name).count_params() > FIXTURE_PARAMS:
+            if args.refresh_facts:
+                facts = _facts(name, _build(name))
+                (out / f"{name}.json").write_text(json.dumps(facts, indent=1) + "\n")
             continue
         start = time.time()
         data, facts = convert(name)

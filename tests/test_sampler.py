@@ -326,3 +326,73 @@ def test_cli_sample_reports_a_bad_space_in_one_line(tmp_path):
     result = _run("--space", str(bad), "--n", "1", "--out", str(tmp_path / "o"))
     assert result.exit_code == 2
     assert "stride must be 1 or 2" in result.output and "Traceback" not in result.output
+
+
+# -- the converter-idiom space -------------------------------------------------------------------
+CONVERTER = SPACES / "converter_cnn.yaml"
+CORPUS_FIXTURES = Path(__file__).parent / "fixtures" / "corpus"
+
+
+def test_converter_space_samples_every_idiom_the_converter_writes():
+    graphs = [build_graph(a) for a in sample(CONVERTER, 60, 0)]
+    ops = Counter(op.type for g in graphs for op in g.ops)
+    for op_type in ("SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE", "HARD_SWISH", "LOGISTIC",
+                    "MUL", "PAD", "MEAN", "DEPTHWISE_CONV_2D", "ADD"):
+        assert ops[op_type] > 0, op_type
+    # PAD feeds a VALID convolution; some depthwise convolutions have a multiplier of 2;
+    # some MEANs drop the spatial axes (Keras's GlobalAveragePooling2D before a Reshape).
+    pads_into_valid = depth_multiplied = flat_means = 0
+    for g in graphs:
+        for op in g.ops:
+            if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D") and op.attr("padding") == "VALID":
+                pads_into_valid += any(p.type == "PAD" and op.inputs[0] in p.outputs
+                                       for p in g.ops)
+            depth_multiplied += op.type == "DEPTHWISE_CONV_2D" and op.attr("depth_multiplier") == 2
+            flat_means += op.type == "MEAN" and not op.attr("keep_dims")
+    assert pads_into_valid and depth_multiplied and flat_means > len(graphs)
+
+
+def test_dynamic_reshape_is_the_converters_chain():
+    from latpred.builder import GraphBuilder
+    from latpred.tflite import read_tflite
+
+    real = read_tflite(CORPUS_FIXTURES / "fx_efficientnet_tiny_96.tflite")
+    b = GraphBuilder()
+    x = b.mean(b.input((1, 8, 8, 24)), (1, 2), keep_dims=False)
+    b.output(b.dynamic_reshape(x, (1, 1, 1, 24)))
+    mine = b.build()
+
+    def chain(g):
+        ops = [op for op in g.ops if op.type in ("SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE")]
+        return [(op.type, op.attrs, [g.tensors[t].dtype for t in op.inputs],
+                 [g.tensors[t].is_constant for t in op.inputs]) for op in ops[:4]]
+
+    assert chain(mine) == chain(real)
+
+
+def test_converter_space_models_run_on_litert_and_read_back():
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    import numpy as np
+
+    from latpred.tflite import read_tflite, write_tflite
+
+    for arch in sample(CONVERTER, 8, 1):
+        graph = build_graph(arch)
+        data = write_tflite(graph)
+        assert [op.type for op in read_tflite(data).ops] == [op.type for op in graph.ops]
+        interpreter = litert.Interpreter(model_content=data, num_threads=1)
+        interpreter.allocate_tensors()
+        shape = interpreter.get_input_details()[0]["shape"]
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"],
+                               np.zeros(shape, np.float32))
+        interpreter.invoke()
+        out = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+        assert out.shape == graph.tensors[graph.outputs[0]].shape
+
+
+def test_older_spaces_draw_no_idiom_keys():
+    # Architecture files of the shipped datasets must rebuild unchanged.
+    for path in (SYNTHETIC, RESIDUAL):
+        for arch in sample(path, 20, 0):
+            for layer in arch["blocks"]:
+                assert not {"act", "pad", "depth_multiplier", "se_style", "se_gate"} & set(layer)

@@ -9,7 +9,8 @@ KERNEL_TYPES = (
     "conv2d", "grouped_conv2d", "dwconv2d",
     "winograd_input_transform", "winograd_matmul", "winograd_output_transform",
     "fc", "batch_matmul", "pool", "mean", "concat", "split", "pad", "elementwise",
-    "activation", "softmax", "reshape", "transpose", "strided_slice", "quantize", "other",
+    "activation", "softmax", "reshape", "transpose", "strided_slice", "quantize", "shape",
+    "other",
 )
 
 

@@ -16,6 +16,9 @@ _KERNEL_OF = {
     "SQUEEZE": "reshape", "EXPAND_DIMS": "reshape", "TRANSPOSE": "transpose",
     "STRIDED_SLICE": "strided_slice", "SLICE": "strided_slice", "QUANTIZE": "quantize",
     "DEQUANTIZE": "quantize",
+    # SHAPE reads only a tensor's dimensions: a fixed per-call cost, unlike any other kernel
+    # (TFLiteConverter writes one per dynamic-batch Reshape of a Keras model).
+    "SHAPE": "shape",
 }
 
 # Element-wise arithmetic and math: one kernel type for all of them.

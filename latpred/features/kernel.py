@@ -95,6 +95,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "transpose": _GENERIC + _TAIL,
     "strided_slice": _GENERIC + _TAIL,
     "quantize": _GENERIC + _TAIL,
+    "shape": _GENERIC + _TAIL,
     "other": _GENERIC + _TAIL,
 }
 

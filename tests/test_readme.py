@@ -54,7 +54,7 @@ def test_readme_has_python_blocks() -> None:
 def test_readme_python_blocks_run(user_folder: Path, monkeypatch) -> None:
     monkeypatch.chdir(user_folder)
     candidates = [latpred.read_tflite(FIXTURES / "small_cnn.tflite"),
-                  latpred.read_tflite(FIXTURES / "mbv2_block.tflite")]
+                  latpred.read_tflite(FIXTURES / "small_cnn_dynamic.tflite")]
     namespace: dict = {"candidate_graphs": candidates}
     for block in _blocks("python"):
         exec(compile(block, "README.md", "exec"), namespace)

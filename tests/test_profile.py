@@ -338,8 +338,9 @@ def test_model_paths_expands_folders(tmp_path):
 
 def _profile_cmd(out: Path, folder: Path) -> list[str]:
     code = "import sys; from latpred.cli import main; sys.exit(main())"
+    # batches of two models: the interleaved protocol appends rows once per batch
     return [sys.executable, "-c", code, "profile", "--target", TARGET, "--out", str(out),
-            "--retest", "0", str(folder)]
+            "--retest", "0", "--batch-size", "2", str(folder)]
 
 
 def test_profile_resumes_after_kill_9_without_losing_or_duplicating_rows(tmp_path):

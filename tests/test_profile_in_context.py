@@ -108,10 +108,21 @@ def test_manifest_says_in_context_and_has_the_noise_floor(run):
     entry = ds.manifest["targets"][TARGET]
     assert entry["kernel_timing"] == "in_context"
     assert "profiler" in entry["kernel_timing_description"] and "kernel_timing_note" not in entry
-    assert entry["repeats"] == 50
+    # the default protocol is the interleaved one: at least min_rounds x min_pairs plain runs
+    assert entry["timing_protocol"] == "interleaved" and entry["repeats"] == 12
     noise = entry["noise"]
-    assert noise["n_retest"] == 1
+    assert noise["n_retest"] == 1 and noise["retest"] == "start_vs_end"
     assert noise["e2e_retest_mdape"] >= 0 and noise["kernel_retest_mdape"] >= 0
+    assert noise["e2e_retest_p90"] >= 0 and noise["kernel_retest_p90"] >= 0
+
+
+def test_the_sequential_protocol_is_still_there(tmp_path):
+    paths = _write(tmp_path / "models", [(8, "conv"), (16, "dw")])
+    profile_models(paths, parse_target(TARGET), tmp_path / "ds", _measurer(),
+                   RunOptions(retest_fraction=0.5, protocol="sequential"), progress=False)
+    entry = Dataset.open(tmp_path / "ds").manifest["targets"][TARGET]
+    assert entry["timing_protocol"] == "sequential" and entry["repeats"] == 50
+    assert entry["noise"]["n_retest"] == 1 and "retest" not in entry["noise"]
 
 
 def test_resuming_with_the_other_timing_is_refused(run, tmp_path):
@@ -138,26 +149,31 @@ def test_builtin_kernels_fall_back_to_isolated(tmp_path):
 def test_a_crash_or_hang_in_the_profiler_is_a_row(tmp_path):
     paths = _write(tmp_path / "models", [(8, "conv")])
     report = profile_models(paths, parse_target(TARGET), tmp_path / "a", _measurer(
-        profile_fn=_crash), RunOptions(retest_fraction=0), progress=False)
+        profile_fn=_crash), RunOptions(retest_fraction=0, protocol="sequential"), progress=False)
     ds = Dataset.open(tmp_path / "a")
     row = ds.models(TARGET).iloc[0]
     assert row["status"] == "failed" and "SIGSEGV" in row["error"] and report.models_failed == 1
     assert math.isnan(row["latency_ms"]) and ds.kernels(TARGET).empty
     profile_models(paths, parse_target(TARGET), tmp_path / "b", _measurer(profile_fn=_hang),
-                   RunOptions(retest_fraction=0, timeout_s=1.5), progress=False)
+                   RunOptions(retest_fraction=0, timeout_s=1.5, protocol="sequential"),
+                   progress=False)
     assert Dataset.open(tmp_path / "b").models(TARGET)["status"].tolist() == ["timeout"]
 
 
-def test_attribution_failure_keeps_the_model_and_drops_its_kernels(tmp_path, monkeypatch):
+@pytest.mark.parametrize("protocol", ["interleaved", "sequential"])
+def test_attribution_failure_keeps_the_model_and_drops_its_kernels(tmp_path, monkeypatch,
+                                                                   protocol):
+    import latpred.profile.campaign as campaign
     import latpred.profile.runner as runner
 
-    def unmappable(graph, kernels, profile):
+    def unmappable(graph, kernels, profile, *args):
         raise MeasurementError("The profile does not map onto the model's ops (test).")
 
     monkeypatch.setattr(runner, "kernel_stats", unmappable)
+    monkeypatch.setattr(campaign, "kernel_stats", unmappable)
     paths = _write(tmp_path / "models", [(8, "conv")])
     profile_models(paths, parse_target(TARGET), tmp_path / "ds", _measurer(),
-                   RunOptions(retest_fraction=0), progress=False)
+                   RunOptions(retest_fraction=0, protocol=protocol), progress=False)
     ds = Dataset.open(tmp_path / "ds")
     row = ds.models(TARGET).iloc[0]
     assert row["status"] == "ok" and row["latency_ms"] > 0

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from latpred.evaluate import plots
+from latpred.evaluate.noise import noise_cell
 
 _TITLES = {"split": "(a) hold-out split of one dataset", "sizes": "(b) training-set sizes",
            "transfer": "(c) train on one dataset, test on another",
@@ -40,10 +41,13 @@ def markdown(ev, images: list[str]) -> str:
              f"- trained on: `{ev.train_dataset}` ({ev.n_train} models)",
              f"- tested on: `{ev.test.dataset}` ({len(ev.test)} models)",
              f"- noise floor: {_noise(ev.noise)}", "", "## End-to-end accuracy", "",
-             "| method | MAPE | ±10% | RMSE (ms) | Kendall τ | train (s) |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "Label noise: the test-retest MdAPE (and 90th percentile) of the test set's "
+             "labels; no MAPE can be read below it.", "",
+             "| method | MAPE | label noise | ±10% | RMSE (ms) | Kendall τ | train (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    noise = noise_cell(ev.noise)
     for r in summary_rows(ev):
-        lines.append(f"| {r['method']} | {_pct(r['mape'])} | {_pct(r['acc10'], 0)} | "
+        lines.append(f"| {r['method']} | {_pct(r['mape'])} | {noise} | {_pct(r['acc10'], 0)} | "
                      f"{r['rmse_ms']:.3g} | {r['kendall_tau']:.3f} | {r['fit_seconds']:.0f} |")
     lines += _per_kernel(ev) + _per_type(ev) + _sizes(ev)
     notes = list(ev.notes) + [f"{m.name}: {n}" for m in ev.methods for n in m.notes]
@@ -69,13 +73,15 @@ def _per_kernel(ev) -> list[str]:
     rows = [(name, acc) for name, acc in rows if acc]
     if not rows:
         return []
+    noise = noise_cell(ev.noise, "kernel")
     lines = ["", "## Per-kernel accuracy (test kernels)", "",
-             "| method | kernels | MAPE | ±10% | conv-like kernels | MAPE | ±10% |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| method | kernels | MAPE | kernel label noise | ±10% | conv-like kernels | MAPE "
+             "| ±10% |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, acc in rows:
         a, c = acc["all"], acc["conv_like"]
-        lines.append(f"| {name} | {a['n']} | {_pct(a['mape'])} | {_pct(a['acc10'], 0)} | "
-                     f"{c['n']} | {_pct(c['mape'])} | {_pct(c['acc10'], 0)} |")
+        lines.append(f"| {name} | {a['n']} | {_pct(a['mape'])} | {noise} | "
+                     f"{_pct(a['acc10'], 0)} | {c['n']} | {_pct(c['mape'])} | "
+                     f"{_pct(c['acc10'], 0)} |")
     return lines
 
 
@@ -85,6 +91,7 @@ def _per_type(ev) -> list[str]:
         return []
     types = list(methods[0].per_type)
     lines = ["", "## Per kernel type (test kernels, MAPE)", "",
+             f"Kernel label noise of the test set: {noise_cell(ev.noise, 'kernel')}.", "",
              "| kernel type | kernels | share of time | " + " | ".join(m.name for m in methods)
              + " |", "|---|---:|---:|" + "---:|" * len(methods)]
     for t in types:
@@ -101,6 +108,7 @@ def _sizes(ev) -> list[str]:
     table = ev.sizes.pivot_table(index="method", columns="n_train", values="mape", sort=False)
     cols = list(table.columns)
     lines = ["", "## Training-set sizes (end-to-end MAPE)", "",
+             f"Label noise of the test set: {noise_cell(ev.noise)}.", "",
              "| method | " + " | ".join(str(c) for c in cols) + " |",
              "|---|" + "---:|" * len(cols)]
     for method, row in table.iterrows():
@@ -114,8 +122,15 @@ def _noise(noise: dict[str, Any]) -> str:
         return "not measured for this dataset"
     # the manifest stores test-retest differences in percent, _pct takes fractions
     e2e, kern = (None if v is None else v / 100 for v in (e2e, kern))
-    return (f"re-measuring gives a median absolute percentage difference of {_pct(e2e, 2)} end "
+    text = (f"re-measuring gives a median absolute percentage difference of {_pct(e2e, 2)} end "
             f"to end and {_pct(kern, 2)} per kernel ({noise.get('n_retest', '?')} retests)")
+    e90, k90 = (None if v is None else v / 100 for v in (noise.get("e2e_retest_p90"),
+                                                          noise.get("kernel_retest_p90")))
+    if e90 is not None or k90 is not None:
+        text += f"; 90th percentile {_pct(e90)} end to end, {_pct(k90)} per kernel"
+    if noise.get("retest") == "start_vs_end":
+        text += " (a sample retested at the start and at the end of the campaign)"
+    return text
 
 
 def _pct(v: Any, digits: int = 1) -> str:

@@ -118,7 +118,7 @@ class Campaign:
             results, ref = measure_preps(preps, self.worker, self.measurer,
                                          self.options.timeout_s, with_ref)
             self._write(preps, results)
-            since_ref = 0 if with_ref else since_ref + len(batch)
+            since_ref = len(batch) if with_ref else since_ref + len(batch)
             self.done += len(batch)
             self._record(ref, "main")
             bar.update(len(batch))

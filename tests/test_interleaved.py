@@ -50,6 +50,14 @@ def test_estimators_and_round_stats():
     assert round_stats([]) == {"n": 0}
 
 
+def test_agreement_of_the_fastest_rounds():
+    from latpred.profile.interleaved import _agree
+
+    rounds = [np.array([15.0, 20.0]), np.array([25.0, 26.0]), np.array([24.9])]
+    assert not _agree(rounds, 2, 0.01)  # one round alone set the minimum
+    assert _agree(rounds + [np.array([15.1])], 2, 0.01) and _agree(rounds, 1, 0.01)
+
+
 def test_stability_needs_the_window_and_the_tolerance():
     assert not is_stable([1.0, 1.0], 0.005)  # two rounds: nothing to compare over a window of 2
     assert is_stable([1.2, 1.0, 1.0, 1.004], 0.005)

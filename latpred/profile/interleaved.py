@@ -14,8 +14,11 @@ Both come from the same block, so per-kernel and end-to-end figures see the same
 the per-run sum of the operators is kept too (`op_sum`). The estimator
 (`latpred.profile.estimators`, the minimum by default) is recomputed over all runs after each
 round; a model stops once it and the summed per-operator estimators moved by less than
-`tolerance` / `kernel_tolerance` over the last `window` rounds, after `min_rounds` and at most
-`max_rounds` rounds.
+`tolerance` / `kernel_tolerance` over the last `window` rounds and its fastest run was matched
+(within `agree_tolerance`) by the fastest run of `agree_rounds` rounds, after `min_rounds` and
+at most `max_rounds` rounds. The agreement guards against a minimum that one lucky round set
+while the others ran slowed: on 24 models timed twice beside other users' jobs, per-round minima
+of one model ranged over 15-28 ms, and a minimum seen in a single round did not come back.
 
 `measure_batch` is what a `Worker` process runs (a crash takes one batch down; the campaign then
 re-measures that batch's models one by one). `run_rounds` is the loop itself, over any objects
@@ -57,6 +60,8 @@ class InterleavedProtocol:
     window: int = 2
     tolerance: float = 0.005
     kernel_tolerance: float = 0.01
+    agree_rounds: int = 2
+    agree_tolerance: float = 0.01
     estimator: str = DEFAULT_ESTIMATOR
 
     def __post_init__(self) -> None:
@@ -155,11 +160,20 @@ def run_rounds(models: Sequence[Any], protocol: InterleavedProtocol,
                 continue
             enough = r + 1 >= protocol.min_rounds
             if enough and is_stable(t.e2e_history, protocol.tolerance, protocol.window) and \
-                    is_stable(t.op_history, protocol.kernel_tolerance, protocol.window):
+                    is_stable(t.op_history, protocol.kernel_tolerance, protocol.window) and \
+                    _agree(t.plain, protocol.agree_rounds, protocol.agree_tolerance):
                 t.stopped = "stable"
             elif r + 1 == protocol.max_rounds:
                 t.stopped = "cap"
     return [t.result() for t in tracks]
+
+
+def _agree(rounds: list[np.ndarray], k: int, tolerance: float) -> bool:
+    """Whether the `k` fastest rounds' fastest runs lie within `tolerance` of each other."""
+    if k <= 1:
+        return True
+    mins = sorted(float(r.min()) for r in rounds if r.size)
+    return len(mins) >= k and mins[k - 1] <= mins[0] * (1 + tolerance)
 
 
 def _guard(track: _Track, step) -> None:

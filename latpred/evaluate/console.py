@@ -9,21 +9,26 @@ def print_summary(ev: Any, report_path: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from latpred.evaluate.noise import noise_cell, noise_line
+    from latpred.evaluate.noise import noise_line
     from latpred.evaluate.report import kernel_accuracy, summary_rows
 
-    # Every accuracy figure sits beside the label noise of the data it was computed on.
-    e2e_noise, kernel_noise = noise_cell(ev.noise), noise_cell(ev.noise, "kernel")
+    # Every accuracy figure sits beside the label noise of the data it was computed on: the
+    # first rows of the table give it in the columns of the figures it bounds.
     kernels = {m.name: kernel_accuracy(m).get("all") for m in ev.methods}
     with_kernels = any(k and k["n"] for k in kernels.values())
     table = Table(title=f"{ev.target}: trained on {ev.n_train}, tested on {len(ev.test)} models")
-    table.add_column("method", no_wrap=True)
-    table.add_column(f"MAPE\nlabel noise\n{e2e_noise}", justify="right")
-    for col in ("±10%", "RMSE ms", "Kendall τ"):
-        table.add_column(col, justify="right")
-    if with_kernels:
-        table.add_column(f"kernel MAPE\nlabel noise\n{kernel_noise}", justify="right")
-    table.add_column("train s", justify="right")
+    cols = ["method", "MAPE", "±10%", "RMSE ms", "Kendall τ"]
+    cols += ["kernel MAPE"] if with_kernels else []
+    for col in cols + ["train s"]:
+        table.add_column(col, justify="left" if col == "method" else "right",
+                         no_wrap=col == "method")
+    for what, key in (("label noise (MdAPE)", "retest_mdape"), ("label noise (p90)", "retest_p90")):
+        e2e, kern = ev.noise.get(f"e2e_{key}"), ev.noise.get(f"kernel_{key}")
+        if e2e is None and kern is None and key == "retest_p90":
+            continue
+        cells = [what, _pct(e2e), "", "", ""] + ([_pct(kern)] if with_kernels else [])
+        table.add_row(*cells, "", style="dim", end_section=key == "retest_p90" or
+                      ev.noise.get("e2e_retest_p90") is None)
     for r in summary_rows(ev):
         cells = [r["method"], f"{100 * r['mape']:.2f}%", f"{100 * r['acc10']:.0f}%",
                  f"{r['rmse_ms']:.3g}", f"{r['kendall_tau']:.3f}"]
@@ -38,3 +43,8 @@ def print_summary(ev: Any, report_path: Any = None) -> None:
         console.print(f"note: {note}")
     if report_path:
         console.print(f"report: {report_path}")
+
+
+def _pct(value: Any) -> str:
+    """A manifest noise figure (percent) as printed; "n/a" when not measured."""
+    return "n/a" if value is None else f"{float(value):.2f}%"

@@ -205,7 +205,7 @@ class Campaign:
 
     def _noise(self, retest: dict[str, Any]) -> dict[str, Any]:
         models = self.ds.models(self.name)
-        kernels = self.ds.kernels(self.name)
+        kernels = self.ds.kernels(self.name).sort_values(["model_id", "kernel_index"])
         label = models[models["status"] == "ok"].set_index("model_id")["latency_ms"].to_dict()
         klabel = kernels[kernels["status"] == "ok"].groupby("model_id")["latency_ms"] \
             .apply(list).to_dict() if not kernels.empty else {}

@@ -47,7 +47,11 @@ def test_reads_without_flags_at_the_batch_litert_runs(path: Path):
     assert [graph.tensors[i].shape for i in graph.inputs] == runtime
     assert [graph.tensors[o].shape for o in graph.outputs] == \
         [tuple(1 if d == -1 else d for d in s) for s in facts["outputs"]]
-    # And LiteRT agrees with every intermediate shape latpred read.
+    # And LiteRT agrees with every intermediate shape latpred read (after a run: tensors whose
+    # shape is data, such as ConvNeXt's Dense reshapes, are sized when their op runs).
+    for d in interp.get_input_details():
+        interp.set_tensor(d["index"], np.zeros(d["shape"], np.float32))
+    interp.invoke()
     found = {d["name"]: tuple(d["shape"]) for d in interp.get_tensor_details()}
     for t in graph.tensors:
         if t.name in found and not t.is_constant:
@@ -56,13 +60,18 @@ def test_reads_without_flags_at_the_batch_litert_runs(path: Path):
 
 @pytest.mark.parametrize("path", FIXTURES + CORPUS, ids=lambda p: p.stem)
 def test_parameters_match_keras_after_batch_norm_folding(path: Path):
-    # Keras counts 4 vectors per batch norm; the converter folds them into one bias. Random
-    # initialisation leaves two artefacts worth at most 0.1%: all-zero dense biases are dropped
-    # and hard-sigmoid scalars (3, 1/6) become constants.
+    # Keras counts 4 vectors per batch norm; the converter folds them into one bias. On the
+    # fixtures (convolutions without bias before each batch norm) random initialisation leaves
+    # two artefacts worth at most 0.1%: all-zero dense biases are dropped and hard-sigmoid
+    # scalars (3, 1/6) become constants. The full corpus has two more, worth at most 0.5%:
+    # ResNet's convolutions keep a bias of their own before the batch norm (4 vectors fold into
+    # 1, not 4 into 1 plus one), and separable convolutions (NASNet, Xception) get a zero bias
+    # on their depthwise half.
     facts = _facts(path)
     graph = read_tflite(path)
     expected = facts["params"] - 3 * facts["bn_channels"]
-    assert totals(graph, op_rows(graph))["params"] == pytest.approx(expected, rel=1e-3)
+    tolerance = 1e-3 if path in FIXTURES else 5e-3
+    assert totals(graph, op_rows(graph))["params"] == pytest.approx(expected, rel=tolerance)
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)

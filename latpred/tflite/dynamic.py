@@ -107,14 +107,29 @@ def _wanted(raw, input_shapes: InputShapes | None) -> dict[int, tuple]:
     return wanted
 
 
-def resolve_shapes(data: bytes, raw, input_shapes: InputShapes | None
-                   ) -> tuple[tuple[int, ...], ...]:
-    """Every tensor's static shape once the graph inputs have `input_shapes`."""
+def placeholder_shapes(raw) -> bool:
+    """Whether some stored shapes are only placeholders for the runtime's.
+
+    The converter stores 1 for every dynamic dimension. Where a tensor's signature is dynamic
+    only in the batch, the stored shape is the batch-1 one LiteRT runs; where it is dynamic in
+    other dimensions (the (-1, -1) of the reshape Keras's Dense writes around a 4-D input, as in
+    ConvNeXt), the stored (1, 1) is not the runtime's (3136, 96): the runtime computes it.
+    """
+    return any(sig is not None and -1 in sig[1:] for sig in raw.signatures)
+
+
+def resolve_shapes(data: bytes, raw, input_shapes: InputShapes | None,
+                   propagate: bool = False) -> tuple[tuple[int, ...], ...]:
+    """Every tensor's static shape once the graph inputs have `input_shapes`.
+
+    `propagate` asks LiteRT to compute every shape even when the stored ones look static (the
+    reader does so when they are placeholders that fail latpred's shape checks).
+    """
     wanted = _wanted(raw, input_shapes)
     unresolved = [i for i, s in enumerate(raw.shapes) if -1 in s]
-    if all(wanted[i] == raw.shapes[i] for i in wanted) and not unresolved:
+    if all(wanted[i] == raw.shapes[i] for i in wanted) and not unresolved and not propagate:
         return raw.shapes  # nothing to propagate: the stored shapes are the static ones
-    if input_shapes is None:
+    if input_shapes is None and unresolved:
         # Never hand a file to the interpreter unasked: it has no verifier either.
         name = raw.tensors[unresolved[0]].name
         raise UnsupportedModelError(f"Tensor {name!r} has a dynamic shape "
@@ -129,6 +144,10 @@ def resolve_shapes(data: bytes, raw, input_shapes: InputShapes | None
         for i, shape in wanted.items():
             interp.resize_tensor_input(i, list(shape), strict=False)
         interp.allocate_tensors()
+        if propagate:
+            # A tensor whose shape is data (a RESHAPE to a computed shape) is sized only when
+            # its op runs: one invoke on the zero-filled arena sizes them all.
+            interp.invoke()
         found = {d["index"]: tuple(int(x) for x in d["shape"])
                  for d in interp.get_tensor_details()}
     except (RuntimeError, ValueError) as err:

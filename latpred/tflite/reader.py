@@ -14,7 +14,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from latpred.errors import LatpredError, ModelFormatError, UnsupportedModelError
+from latpred.errors import LatpredError, ModelFormatError, ShapeError, UnsupportedModelError
 from latpred.graph import DTYPES, Graph, Op, Quantization, Tensor
 from latpred.tflite import options as opt
 from latpred.tflite.checks import check_graph, conv_groups, depth_multiplier
@@ -63,7 +63,16 @@ def read_tflite(source: str | os.PathLike | bytes | bytearray | memoryview,
         from latpred.tflite.dynamic import resolve_shapes
         shapes = resolve_shapes(data, raw, input_shapes)
     graph = raw.to_graph(shapes)
-    check_graph(graph)
+    try:
+        check_graph(graph)
+    except ShapeError:
+        from latpred.tflite.dynamic import placeholder_shapes, resolve_shapes
+        if shapes is not raw.shapes or not placeholder_shapes(raw):
+            raise
+        # Stored shapes that are the converter's placeholders (1 for each dynamic dimension)
+        # fail the checks: let LiteRT compute the runtime's, at the stored input shapes.
+        graph = raw.to_graph(resolve_shapes(data, raw, input_shapes, propagate=True))
+        check_graph(graph)
     return graph
 
 

@@ -295,8 +295,9 @@ def test_measure_batch_times_real_models_round_robin():
     assert small.ok and ref.ok and not bad.ok and bad.error
     assert 4 <= len(small.plain_us) <= 5 and small.stopped in ("stable", "cap")
     assert small.op_us[0].shape[1] == len(small.op_keys) >= 3
-    # the profiler's operators cover most of a plain run of the (4 ms) reference
-    ratio = ref.op_us[0].sum(axis=1).min() / ref.plain_us[0].min()
+    # the profiler's operators cover most of a plain run of the (4 ms) reference; fastest runs
+    # over all rounds, since a busy host slows whole blocks
+    ratio = min(o.sum(axis=1).min() for o in ref.op_us) / min(p.min() for p in ref.plain_us)
     assert 0.5 < ratio < 1.1
 
 

@@ -239,6 +239,31 @@ def dataset_drift_correct(source: str, out: str, targets: tuple[str, ...]) -> No
     click.echo(f"Wrote the drift-corrected dataset to {out}.")
 
 
+@dataset_group.command("estimators")
+@click.argument("data", type=click.Path(file_okay=False, exists=True))
+@click.option("--target", "target_name", required=True, help="e.g. host/cpu/fp32/t1.")
+def dataset_estimators(data: str, target_name: str) -> None:
+    """Odd-vs-even-round retest of each estimator over an interleaved campaign's rounds."""
+    from latpred.dataset import Dataset
+    from latpred.errors import DatasetError
+    from latpred.profile.interleaved_rows import split_half_figures
+
+    ds = Dataset.open(data)
+    models, kernels = ds.models(target_name), ds.kernels(target_name)
+    if "rounds_json" not in models.columns:
+        raise DatasetError(f"{data} has no per-round statistics for {target_name}: it was not "
+                           "measured with the interleaved protocol.")
+    rows = {"end to end": split_half_figures(models["rounds_json"].fillna("").tolist()),
+            "per kernel": split_half_figures(kernels["rounds_json"].fillna("").tolist()
+                                             if "rounds_json" in kernels.columns else [],
+                                             series=None)}
+    for level, figures in rows.items():
+        for est, f in figures.items():
+            if f["n"]:
+                click.echo(f"{level:10s} {est:8s} MdAPE {f['mdape']:6.2f}%  p90 {f['p90']:6.2f}%"
+                           f"  ({f['n']} rows)")
+
+
 @main.command("import-benchmark")
 @click.option("--target", "target_name", required=True, help="Where it ran, e.g. pixel4/cpu/fp32/1L.")
 @click.option("--model", required=True, type=click.Path(dir_okay=False, exists=True),

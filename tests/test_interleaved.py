@@ -245,6 +245,17 @@ def test_a_crashing_model_fails_alone(tmp_path, monkeypatch):
     assert (models.drop("m-01")["status"] == "ok").all()
 
 
+def test_split_half_figures_of_a_campaign(campaign):
+    from latpred.profile.interleaved_rows import split_half_figures
+
+    _, _, ds = campaign
+    figures = split_half_figures(ds.models(TARGET)["rounds_json"].tolist())
+    assert set(figures) == {"min", "p10", "p50", "lowmean"} and figures["min"]["n"] == 7
+    assert figures["min"]["mdape"] == 0.0  # the fake's floor shows up in both halves
+    r = CliRunner().invoke(main, ["dataset", "estimators", str(ds.root), "--target", TARGET])
+    assert r.exit_code == 0 and "per kernel" in r.output and "min" in r.output, r.output
+
+
 # -- drift --------------------------------------------------------------------------------------
 def test_drift_summary_and_factors():
     series = [{"t": 0.0, "ms": 1.0}, {"t": 10.0, "ms": 1.1}, {"t": 20.0, "ms": 1.0}]

@@ -146,3 +146,25 @@ def rounds_estimate(rounds_json: str, estimator: str = "min", series: str = "pla
         raise LatpredError(f"Cannot recompute {estimator!r} from per-round statistics; use "
                            "min, p10, p50 or lowmean.")
     return float(np.median([r[estimator] for r in rounds]))
+
+
+def split_half_figures(rounds_jsons: Sequence[str], estimators: Sequence[str] = (
+        "min", "p10", "p50", "lowmean"), series: str | None = "plain") -> dict[str, dict]:
+    """How well each estimator repeats within a campaign: per model (or kernel, `series=None`),
+    the estimate from its odd rounds against the one from its even rounds (`rounds_estimate`),
+    as test-retest MdAPE / p90 in percent over the rows with at least two rounds. This is how
+    issue 12 chose the minimum; run it on a new campaign (`latpred dataset estimators`)."""
+    from latpred.profile.estimators import retest_figures
+
+    halves: dict[str, list[tuple[float, float]]] = {e: [] for e in estimators}
+    for text in rounds_jsons:
+        if not text:
+            continue
+        data = json.loads(text)
+        rounds = data.get(series, []) if isinstance(data, dict) else data
+        if len(rounds) < 2:
+            continue
+        odd, even = json.dumps(rounds[0::2]), json.dumps(rounds[1::2])
+        for e in estimators:
+            halves[e].append((rounds_estimate(odd, e), rounds_estimate(even, e)))
+    return {e: retest_figures(pairs) for e, pairs in halves.items()}

@@ -187,6 +187,9 @@ class GraphBuilder:
     def tanh(self, x: int, name: str | None = None) -> int:
         return self._op("TANH", (x,), self._base(name, "tanh"))[0]
 
+    def gelu(self, x: int, approximate: bool = False, name: str | None = None) -> int:
+        return self._op("GELU", (x,), self._base(name, "gelu"), approximate=bool(approximate))[0]
+
     def swish(self, x: int, name: str | None = None) -> int:
         """x * sigmoid(x) as the converter emits it: LOGISTIC then MUL."""
         base = self._base(name, "swish")
@@ -244,23 +247,11 @@ class GraphBuilder:
                         base)[0]
 
     def dynamic_reshape(self, x: int, shape: Sequence[int], name: str | None = None) -> int:
-        """RESHAPE to `shape` the way TFLiteConverter writes a Keras Reshape with a dynamic
-        batch: SHAPE(x) -> STRIDED_SLICE (the batch, a scalar) -> PACK(batch, *shape[1:]) ->
-        RESHAPE(x, packed). The new shape is a runtime tensor, so runtimes cannot fold it (the
-        GPU delegate rejects such a RESHAPE; on the CPU they are four builtin kernels)."""
-        target = reshape_target(self._get(x).size, tuple(int(d) for d in shape))
-        base = self._base(name, "dynamic_reshape")
-        rank = len(self._get(x).shape)
-        dims = self._raw("SHAPE", (x,), [((rank,), "int32")], f"{base}/shape", out_type=2)[0]
-        one = self._int_const((1,), (1,), f"{base}/one")
-        batch = self._raw("STRIDED_SLICE", (dims, self._int_const((1,), (0,), f"{base}/begin"),
-                                            one, one), [((), "int32")], f"{base}/batch",
-                          begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0,
-                          shrink_axis_mask=1, offset=False)[0]
-        rest = [self._int_const((), (d,), f"{base}/dim{i + 1}") for i, d in enumerate(target[1:])]
-        packed = self._raw("PACK", (batch, *rest), [((len(target),), "int32")], f"{base}/pack",
-                           values_count=len(target), axis=0)[0]
-        return self._raw("RESHAPE", (x, packed), [(target, self._get(x).dtype)], base)[0]
+        """RESHAPE to `shape` as TFLiteConverter writes a Keras Reshape with a dynamic batch
+        (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE; see `latpred.idioms`)."""
+        from latpred.idioms import dynamic_reshape
+
+        return dynamic_reshape(self, x, shape, name)
 
     def transpose(self, x: int, perm: Sequence[int], name: str | None = None) -> int:
         """TRANSPOSE with a constant int32 permutation."""

@@ -116,6 +116,10 @@ _BLOCKS: dict[str, dict[str, tuple[Callable, tuple | None]]] = {
                    "se_style": (_names(SE_STYLES), ()), "se_gate": (_names(SE_GATES), ()),
                    **_IDIOMS},
     "pool": {"kind": (_names(POOL_KINDS), None), "size": (_ints, None)},
+    # ConvNeXt's block as Keras 3 writes it: a 7x7 CONV_2D with groups = channels, the
+    # converter's LayerNormalization, Dense(expansion * C) on the NHWC tensor (the run-time
+    # reshape chain around FULLY_CONNECTED), GELU, Dense(C), layer scale, residual ADD.
+    "convnext": {"kernel": (_odd, None), "expansion": (_ints, None)},
     "split": {"parts": (lambda v, w, k: _ints(v, w, k, low=2), None),
               "elementwise": (_names(ELEMENTWISE), None)},
 }
@@ -256,7 +260,7 @@ def sample_one(space: SearchSpace, seed: int, index: int) -> dict:
         # Choices that depend on the block's channels are drawn below, not here.
         params = {k: pick(v) for k, v in space.blocks[btype].items()
                   if k not in ("group_size", "elementwise")}
-        if btype in ("pool", "split"):
+        if btype in _KEEPS_CHANNELS:
             out = channels
         elif btype == "conv":
             params["groups"], out = _groups_and_channels(
@@ -270,10 +274,11 @@ def sample_one(space: SearchSpace, seed: int, index: int) -> dict:
         repeats, skip = pick(stage.repeats), pick(space.skip)
         for r in range(repeats):
             need = pending + (stage.stride == 2 and r == 0)
-            stride = 2 if need and btype != "split" else 1
+            stride = 2 if need and btype not in _NO_STRIDE else 1
             pending = need - (stride == 2)
             layers.append(_layer(btype, params, stride, out,
-                                 residual=skip == "identity" and stride == 1 and channels == out))
+                                 residual=skip == "identity" and stride == 1 and channels == out
+                                 and btype != "convnext"))   # it has its own
             channels = out
     return {"format": ARCH_FORMAT, "space": space.name, "seed": seed, "index": index,
             "input": list(space.input), "activation": space.activation,
@@ -297,7 +302,9 @@ def _groups_and_channels(pick: Callable, grouped: bool, sizes: tuple[int, ...], 
 
 _LAYER_KEYS = {"conv": ("kernel", "groups"), "dwsep": ("kernel",),
                "bottleneck": ("kernel", "expansion", "se"), "pool": ("kind", "size"),
-               "split": ("parts", "elementwise")}
+               "split": ("parts", "elementwise"), "convnext": ("kernel", "expansion")}
+_KEEPS_CHANNELS = ("pool", "split", "convnext")
+_NO_STRIDE = ("split", "convnext")   # blocks that cannot downsample hand the stride on
 
 
 _IDIOM_KEYS = ("act", "pad", "depth_multiplier", "se_style", "se_gate")
@@ -306,7 +313,7 @@ _IDIOM_KEYS = ("act", "pad", "depth_multiplier", "se_style", "se_gate")
 def _layer(btype: str, params: dict, stride: int, out: int, residual: bool) -> dict:
     layer = {"type": btype, **{k: params[k] for k in _LAYER_KEYS[btype]},
              **{k: params[k] for k in _IDIOM_KEYS if k in params}}
-    if btype != "split":
+    if btype not in _NO_STRIDE:
         layer["stride"] = stride
     if btype in ("conv", "dwsep", "bottleneck"):
         layer["channels"] = out
@@ -422,8 +429,18 @@ def _split(b, x: int, layer: dict, act: str, cin: int) -> int:
     return b.concat(outs, axis=-1)
 
 
+def _convnext(b, x: int, layer: dict, act: str, cin: int) -> int:
+    from latpred.idioms import layer_norm, tensordot_dense
+
+    y = b.conv2d(x, cin, layer["kernel"], groups=cin)
+    y = tensordot_dense(b, layer_norm(b, y), cin * layer["expansion"])
+    y = tensordot_dense(b, b.gelu(y), cin)
+    y = b.mul(y, b.constant((cin,)))              # layer scale
+    return b.add(x, y)                            # the block's own residual
+
+
 _BUILD = {"conv": _conv, "dwsep": _dwsep, "bottleneck": _bottleneck, "pool": _pool,
-          "split": _split}
+          "split": _split, "convnext": _convnext}
 
 
 # -- writing -----------------------------------------------------------------------------------

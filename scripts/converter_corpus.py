@@ -92,7 +92,16 @@ def _efficientnet_tiny(**kw):
     return efficientnet.EfficientNet(0.25, 0.25, 96, 0.2, name="efficientnet_tiny", **kw)
 
 
+def _convnext_tiny(**kw):
+    from keras.src.applications import convnext
+
+    return convnext.ConvNeXt([1, 1, 1, 1], [16, 32, 64, 128], default_size=64,
+                             name="convnext_mini", **kw)
+
+
 FIXTURE_SET: dict[str, tuple] = {
+    "fx_convnext_mini_64": (_convnext_tiny, {"input_shape": (64, 64, 3), "classes": 10,
+                                            "include_preprocessing": False}),
     "fx_mobilenet_v1_0.25_96": (A.MobileNet, {"alpha": 0.25, "input_shape": (96, 96, 3),
                                               "classes": 100}),
     "fx_mobilenet_v2_0.35_96": (A.MobileNetV2, {"alpha": 0.35, "input_shape": (96, 96, 3),

@@ -396,3 +396,25 @@ def test_older_spaces_draw_no_idiom_keys():
         for arch in sample(path, 20, 0):
             for layer in arch["blocks"]:
                 assert not {"act", "pad", "depth_multiplier", "se_style", "se_gate"} & set(layer)
+
+
+def test_convnext_block_is_the_converters_sequence():
+    # Keras 3's ConvNeXt block as TensorFlow 2.21 converted it (fx_convnext_mini_64), against
+    # the sampler's: op types, attributes and which operands are constants, op for op.
+    from latpred.builder import GraphBuilder
+    from latpred.sampler import _convnext
+    from latpred.tflite import read_tflite
+
+    real = read_tflite(CORPUS_FIXTURES / "fx_convnext_mini_64.tflite")
+    b = GraphBuilder()
+    x = b.input((1, 16, 16, 16))
+    b.output(_convnext(b, x, {"kernel": 7, "expansion": 4}, "RELU6", 16))
+    mine = b.build()
+
+    def block(g, start):
+        return [(op.type, dict(op.attrs).get("keep_dims"), dict(op.attrs).get("axis"),
+                 [g.tensors[t].is_constant for t in op.inputs if t >= 0])
+                for op in g.ops[start:start + len(mine.ops)]]
+
+    first_dw = next(i for i, op in enumerate(real.ops) if op.type == "CONV_2D" and i > 0)
+    assert block(mine, 0) == block(real, first_dw)

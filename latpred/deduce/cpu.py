@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from latpred.deduce.kernel import Kernel
-from latpred.deduce.optypes import kernel_type
+from latpred.deduce.optypes import channelwise, kernel_type
 from latpred.deduce.rulesets import CpuRuleSet
 from latpred.graph import Graph
 
@@ -23,13 +23,21 @@ from latpred.graph import Graph
 def cpu_kernel(graph: Graph, index: int, rules: CpuRuleSet, why: str = "") -> Kernel:
     """The kernel of op `index` on the CPU; `why` says why a GPU target runs it there."""
     op = graph.ops[index]
-    return _kernel(kernel_type(graph, op), index, op.type, rules, why)
+    return _kernel(_cpu_type(graph, op, rules), index, op.type, rules, why)
 
 
 def deduce_cpu(graph: Graph, rules: CpuRuleSet) -> list[Kernel]:
     """Every operation of `graph`, in execution order, as one CPU kernel."""
-    return [_kernel(kernel_type(graph, op), i, op.type, rules, "")
+    return [_kernel(_cpu_type(graph, op, rules), i, op.type, rules, "")
             for i, op in enumerate(graph.ops)]
+
+
+def _cpu_type(graph: Graph, op, rules: CpuRuleSet) -> str:
+    ktype = kernel_type(graph, op)
+    if ktype == "grouped_conv2d" and rules.channelwise_as_depthwise and \
+            channelwise(graph, op):
+        return "dwconv2d"
+    return ktype
 
 
 @lru_cache(maxsize=1 << 16)

@@ -10,7 +10,7 @@ KERNEL_TYPES = (
     "winograd_input_transform", "winograd_matmul", "winograd_output_transform",
     "fc", "batch_matmul", "pool", "mean", "concat", "split", "pad", "elementwise",
     "activation", "softmax", "reshape", "transpose", "strided_slice", "quantize", "shape",
-    "other",
+    "gather", "other",
 )
 
 

@@ -19,6 +19,9 @@ _KERNEL_OF = {
     # SHAPE reads only a tensor's dimensions: a fixed per-call cost, unlike any other kernel
     # (TFLiteConverter writes one per dynamic-batch Reshape of a Keras model).
     "SHAPE": "shape",
+    # GATHER picks entries by index (the converter gathers dimensions of a SHAPE to flatten a
+    # Dense's input); TFLite's builtin kernel, never XNNPACK.
+    "GATHER": "gather",
 }
 
 # Element-wise arithmetic and math: one kernel type for all of them.
@@ -40,6 +43,13 @@ def kernel_type(graph: Graph, op: Op) -> str:
     if op.type in ELEMENTWISE_OPS:
         return "elementwise"
     return _KERNEL_OF.get(op.type, "other")
+
+
+def channelwise(graph: Graph, op: Op) -> bool:
+    """A grouped CONV_2D whose every group reads one channel and writes one (a depthwise
+    convolution written as CONV_2D with groups = channels)."""
+    return graph.tensors[op.inputs[1]].shape[-1] == 1 and \
+        graph.tensors[op.inputs[1]].shape[0] == _groups(graph, op)
 
 
 def _groups(graph: Graph, op: Op) -> int:

@@ -47,6 +47,11 @@ class CpuRuleSet:
     name: str
     label: str
     multithreaded: frozenset[str]
+    # A CONV_2D whose groups each read and write one channel (Keras 3 writes ConvNeXt's 7x7
+    # depthwise convolution that way) runs as a depthwise convolution: XNNPACK's
+    # create_convolution2d_nhwc picks its dwconv microkernels when group_input_channels == 1,
+    # group_output_channels == 1 and groups > 1 (google/XNNPACK src/operators/convolution-nhwc.c).
+    channelwise_as_depthwise: bool = False
 
 
 GPU_RULES: dict[str, GpuRuleSet] = {
@@ -87,7 +92,8 @@ CPU_RULES: dict[str, CpuRuleSet] = {
             "MINIMUM", "SQUARED_DIFFERENCE", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU",
             "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "GELU", "SOFTMAX", "PAD", "CONCATENATION",
             "SPLIT", "TRANSPOSE", "RESIZE_BILINEAR", "QUANTIZE", "DEQUANTIZE", "ABS", "NEG",
-            "SQRT", "SQUARE", "RSQRT", "EXP", "PRELU"})),
+            "SQRT", "SQUARE", "RSQRT", "EXP", "PRELU"}),
+        channelwise_as_depthwise=True),
 }
 
 

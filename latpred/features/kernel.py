@@ -96,6 +96,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "strided_slice": _GENERIC + _TAIL,
     "quantize": _GENERIC + _TAIL,
     "shape": _GENERIC + _TAIL,
+    "gather": _GENERIC + _TAIL,
     "other": _GENERIC + _TAIL,
 }
 

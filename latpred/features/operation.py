@@ -139,6 +139,8 @@ def _conv(tensors: tuple[Tensor, ...], op: Op, f: Features, main: Tensor | None)
         f["filters"] = w[0]
         macs = w[1] * w[2] * w[3]
         f["groups"] = c // w[3] if w[3] else 1
+        if w[3] == 1 and f["groups"] > 1:  # groups of one channel: a depthwise convolution
+            f["depth_multiplier"] = w[0] // c if c else 0
     f["kernel_size"] = prod(w)
     out = f["output_size"]
     f["flops"] = 2 * out * macs + (out if len(op.inputs) > 2 and op.inputs[2] >= 0 else 0)

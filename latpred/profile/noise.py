@@ -1,4 +1,6 @@
-"""The noise floor: re-measure a random sample of the models at the end of a run.
+"""The noise floor of the sequential protocol: re-measure a random sample at the end of a run.
+
+(The interleaved protocol retests its sample at the start and at the end: `campaign.py`.)
 
 The median absolute percentage difference between the first measurement and the re-measurement
 (end to end, and per kernel of the sampled models) bounds what any accuracy figure on this

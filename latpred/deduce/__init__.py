@@ -13,11 +13,11 @@ import sys
 from latpred.deduce.cpu import deduce_cpu
 from latpred.deduce.gpu import deduce_gpu
 from latpred.deduce.kernel import KERNEL_TYPES, Kernel
-from latpred.deduce.rulesets import CPU_RULES, GPU_RULES
+from latpred.deduce.rulesets import CPU_RULES, CUDA_RULES, GPU_RULES
 from latpred.graph import Graph
 from latpred.target import Target, parse_target
 
-__all__ = ["deduce", "Kernel", "KERNEL_TYPES", "GPU_RULES", "CPU_RULES"]
+__all__ = ["deduce", "Kernel", "KERNEL_TYPES", "GPU_RULES", "CPU_RULES", "CUDA_RULES"]
 
 
 def deduce(graph: Graph, target: Target | str) -> list[Kernel]:
@@ -29,6 +29,10 @@ def deduce(graph: Graph, target: Target | str) -> list[Kernel]:
     """
     if isinstance(target, str):
         target = parse_target(target)
+    if target.processor == "cuda":
+        from latpred.deduce.cuda import deduce_cuda
+
+        return deduce_cuda(graph, CUDA_RULES[target.device.cuda.rules])
     if target.processor == "gpu":
         return deduce_gpu(graph, target)
     return deduce_cpu(graph, CPU_RULES[target.device.cpu_rules])

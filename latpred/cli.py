@@ -195,11 +195,12 @@ def sample(space_file: str, n: int, seed: int, out: str, precision: str) -> None
 @click.option("--no-pin", is_flag=True, help="Do not pin the measuring process to CPU cores.")
 @click.option("--no-realtime", is_flag=True,
               help="Do not time under SCHED_FIFO (used where allowed: far less noise).")
+@_input_shape_option
 @click.argument("models", nargs=-1, required=True, type=click.Path(exists=True))
 def profile(target_name: str, out: str, kernels: str, e2e_only: bool, kernel_timing: str,
             retest: float, protocol: str, estimator: str, batch_size: int, drift_every: int,
             drift_bound: float, timeout: float, seed: int, no_pin: bool, no_realtime: bool,
-            models: tuple[str, ...]) -> None:
+            input_shape: tuple[str, ...], models: tuple[str, ...]) -> None:
     """Measure .tflite MODELS (files or folders; architecture .json beside) on this CPU."""
     from latpred.profile.interleaved import InterleavedProtocol
     from latpred.profile.runner import RunOptions, cpu_measurer, model_paths, profile_models
@@ -215,7 +216,8 @@ def profile(target_name: str, out: str, kernels: str, e2e_only: bool, kernel_tim
                                        seed=seed, timeout_s=timeout,
                                        kernel_timing=kernel_timing.replace("-", "_"),
                                        protocol=protocol, drift_every=drift_every,
-                                       drift_bound_pct=drift_bound))
+                                       drift_bound_pct=drift_bound,
+                                       input_shapes=_input_shapes(input_shape)))
     click.echo(report.summary())
 
 

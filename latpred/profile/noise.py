@@ -63,10 +63,12 @@ def _isolated_pairs(sample, by_id, ok, target, ds, worker, measurer, options, pr
     """(first, again) latencies: each model end to end, each kernel configuration alone."""
     from tqdm import tqdm
 
+    from latpred.profile.runner import model_bytes
+
     cache = {h: s for h, s in ds.config_cache(str(target)).items() if s.status == "ok"}
     e2e, kern, seen = [], [], set()
     for model_id in tqdm(sample, desc="noise floor", unit="model", disable=not progress):
-        data = by_id[model_id].path.read_bytes()
+        data = model_bytes(by_id[model_id].path, options.input_shapes)
         again = worker.call(measurer.request(data))
         if again.ok:
             e2e.append((ok[model_id], again.value.median_ms))
@@ -89,13 +91,14 @@ def _in_context_pairs(sample, by_id, ok, target, ds, worker, measurer, options, 
     from tqdm import tqdm
 
     from latpred.profile.op_attribution import kernel_stats, model_stats
+    from latpred.profile.runner import model_bytes
 
     kernels = ds.kernels(str(target))
     kernels = kernels[kernels["status"] == "ok"]
     first = kernels.set_index(["model_id", "kernel_index"])["latency_ms"].to_dict()
     e2e, kern = [], []
     for model_id in tqdm(sample, desc="noise floor", unit="model", disable=not progress):
-        data = by_id[model_id].path.read_bytes()
+        data = model_bytes(by_id[model_id].path, options.input_shapes)
         again = worker.call(measurer.request(data))
         if not again.ok:
             continue

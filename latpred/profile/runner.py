@@ -131,6 +131,7 @@ class RunOptions:
     protocol: str = "interleaved"
     drift_every: int = 12
     drift_bound_pct: float = 3.0
+    input_shapes: Any = None    # `--input-shape`: every model is measured at these shapes
 
     def __post_init__(self) -> None:
         if self.protocol not in ("interleaved", "sequential"):
@@ -331,8 +332,25 @@ class _Prepared:
     error: str = ""
 
 
+def model_bytes(path: Path, input_shapes: Any = None) -> bytes:
+    """The bytes to measure: the file with its inputs fixed to static shapes.
+
+    A converter's file declares a dynamic batch (shape_signature -1); LiteRT's CompiledModel
+    API, which the in-context profiler uses, sizes its input buffers from that signature and
+    refuses a -1. The interpreter runs such a file at its stored batch 1, so the inputs are fixed
+    to that (or to the user's `--input-shape`) first; the weights are untouched.
+    """
+    data = path.read_bytes()
+    from latpred.tflite.dynamic import with_input_shapes
+
+    try:
+        return with_input_shapes(data, input_shapes)
+    except LatpredError:
+        return data  # unreadable or shapes that do not fit: reported when it is read
+
+
 def _prepare(entry: ModelEntry, target, options: RunOptions) -> _Prepared:
-    data = entry.path.read_bytes()
+    data = model_bytes(entry.path, options.input_shapes)
     row = {"model_id": entry.model_id, "space": entry.space, "seed": entry.seed,
            "arch": entry.arch, "file_hash": hashlib.sha256(data).hexdigest(),
            "target": str(target), "error": ""}

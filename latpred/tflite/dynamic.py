@@ -15,6 +15,7 @@ runtime would really run with.
 
 from __future__ import annotations
 
+import struct
 from typing import Mapping, Sequence
 
 from latpred.errors import ShapeError, UnsupportedModelError
@@ -160,3 +161,43 @@ def resolve_shapes(data: bytes, raw, input_shapes: InputShapes | None,
         raise UnsupportedModelError(f"Tensor {left[0]!r} keeps a dynamic shape even with the "
                                     "given input shapes (its size depends on the data).")
     return shapes
+
+
+def with_input_shapes(data: bytes, input_shapes: InputShapes | None) -> bytes:
+    """The model's bytes with its graph inputs fixed to `input_shapes`, weights untouched.
+
+    None fixes a dynamic batch to the stored one. What `latpred profile` measures: each input
+    tensor's `shape` and
+    `shape_signature` vectors are overwritten in place with the static shape (same rank, so
+    the flatbuffer's layout does not move); LiteRT then derives every other shape when it
+    allocates tensors, as it does after resize_tensor_input.
+    """
+    from latpred.tflite.flat import FlatReader
+    from latpred.tflite.reader import (G_INPUTS, G_OUTPUTS, G_TENSORS, M_SUBGRAPHS, T_SHAPE,
+                                       T_SIGNATURE, _parse)
+
+    raw = _parse(data)
+    if not raw.dynamic and input_shapes is None:
+        return data
+    wanted = _wanted(raw, input_shapes)
+    r = FlatReader(data)
+    g = r.fields(r.tables(r.root(), M_SUBGRAPHS)[0])
+    tables = r.tables(g, G_TENSORS)
+    out = bytearray(data)
+
+    def fix(shapes: dict[int, tuple[int, ...]]) -> None:
+        for i, shape in shapes.items():
+            fields = r.fields(tables[i])
+            for slot in (T_SHAPE, T_SIGNATURE):
+                start, n = r.vector(fields, slot, 4)
+                if start and n == len(shape):
+                    out[start:start + 4 * n] = struct.pack(f"<{n}i", *shape)
+
+    fix(wanted)
+    # The outputs too: a runtime that sizes its output buffers from the signature (LiteRT's
+    # CompiledModel) needs them static; their shapes are what the fixed inputs give.
+    from latpred.tflite.reader import read_tflite
+
+    graph = read_tflite(bytes(out))
+    fix({o: graph.tensors[o].shape for o in r.ints(g, G_OUTPUTS) or ()})
+    return bytes(out)

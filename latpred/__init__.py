@@ -21,6 +21,7 @@ _LAZY = {
     "LatencyModel": ("latpred.predictors", "LatencyModel"),
     "Prediction": ("latpred.predictors.model", "Prediction"),
     "Dataset": ("latpred.dataset", "Dataset"),
+    "predict_memory": ("latpred.memory", "predict_memory"),
 }
 
 __all__ = ["LatpredError", "Graph", "Op", "Quantization", "Tensor", *_LAZY]

@@ -1,0 +1,66 @@
+"""Benchmark: peak memory with latency in one pass (memory-aware NAS).
+
+Times, on the same fresh graphs sampled from search_space/synthetic_cnn.yaml (building them is
+not timed): `predict_many` alone, `memory_totals` alone (the arena plan, XNNPACK workspace and
+packed weights; no per-op rows) and `predict_many_with_memory` (both), in CPU seconds
+(`time.process_time`) and graphs per second.
+
+Run: .venv/bin/python benchmarks/memory_speed.py [--predictor DIR] [--graphs 2000]
+     [--repeats 3]
+Without --predictor a GBDT predictor is trained on a simulated dataset (as predict_speed.py).
+Not while /tmp/CAMPAIGN_RUNNING exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from predict_speed import predictor  # noqa: E402
+
+from latpred.memory import memory_totals, predict_many_with_memory  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--predictor")
+    ap.add_argument("--data")
+    ap.add_argument("--target", default="host/cpu/fp32/t1")
+    ap.add_argument("--search", default="latpred")
+    ap.add_argument("--graphs", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    if Path("/tmp/CAMPAIGN_RUNNING").exists():
+        sys.exit("A timing campaign is running (/tmp/CAMPAIGN_RUNNING); try later.")
+    from latpred.sampler import build_graph, sample
+
+    model = predictor(args)
+    archs = list(sample(ROOT / "search_space" / "synthetic_cnn.yaml", args.graphs, 1))
+    warm = [build_graph(a) for a in archs[:50]]
+    predict_many_with_memory(model, warm)
+    cases = {"latency (predict_many)": lambda g: model.predict_many(g),
+             "memory (memory_totals)": lambda g: memory_totals(g, args.target),
+             "both (predict_many_with_memory)": lambda g: predict_many_with_memory(model, g)}
+    for name, fn in cases.items():
+        cpu = []
+        for _ in range(args.repeats):
+            graphs = [build_graph(a) for a in archs]
+            gc.collect()
+            start = time.process_time()
+            fn(graphs)
+            cpu.append(time.process_time() - start)
+            del graphs
+        med = statistics.median(cpu)
+        print(f"{name}: median {med:.2f} s CPU for {args.graphs} graphs = "
+              f"{args.graphs / med:,.0f} graphs/s ({args.repeats} repeats)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Peak memory per runtime (Augur, section 4.2): weights as stored and as the runtime repacks
+them, the activation arena exactly as the runtime plans it, and workspace.
+
+One planner per runtime: `host_cpu` (LiteRT 2.3 on the CPU: TFLite's ArenaPlanner in
+`litert_plan`/`arena`, XNNPACK's delegate in `xnnpack`). The GPU delegate and the CUDA runtime
+have none yet. `measure` reads the runtime's own figures (ground truth).
+"""
+
+from __future__ import annotations
+
+from latpred.errors import TargetError
+from latpred.graph import Graph
+from latpred.memory.prediction import MemoryPrediction, OpMemory
+
+__all__ = ["predict_memory", "MemoryPrediction", "OpMemory", "naive_sum", "largest_layer",
+           "memory_totals", "predict_many_with_memory"]
+
+
+def _check_target(target):
+    """The Target for `target`, if this package has a planner for its runtime."""
+    from latpred.target import Target, parse_target
+
+    t = target if isinstance(target, Target) else parse_target(str(target))
+    if t.processor != "cpu" or t.runtime != "litert":
+        raise TargetError(f"Memory prediction covers LiteRT on the CPU (e.g. host/cpu/fp32/t1) "
+                          f"so far, not {t}.")
+    return t
+
+
+def predict_memory(graph: Graph, target, kernels: str | None = None,
+                   model_bytes: int | None = None) -> MemoryPrediction:
+    """Peak memory of `graph` on `target` (a Target or a target string).
+
+    `kernels`: "xnnpack" (default: what LiteRT uses on the CPU) or "builtin" (TFLite's own
+    kernels, no delegate). `model_bytes`: the .tflite file's size when known (else estimated).
+    """
+    t = _check_target(target)
+    from latpred.memory.host_cpu import predict_host_cpu
+
+    return predict_host_cpu(graph, str(t), kernels or "xnnpack", model_bytes)
+
+
+def naive_sum(graph: Graph) -> int:
+    """Baseline: every tensor's bytes added up (weights and all activations at once)."""
+    return sum(t.nbytes for t in graph.tensors)
+
+
+def largest_layer(graph: Graph) -> int:
+    """Baseline: all weights plus the largest op's inputs and outputs (one layer at a time)."""
+    weights = sum(t.nbytes for t in graph.tensors if t.is_constant)
+    widest = max((sum(graph.tensors[t].nbytes for t in (*op.inputs, *op.outputs)
+                      if t >= 0 and not graph.tensors[t].is_constant) for op in graph.ops),
+                 default=0)
+    return weights + widest
+
+
+def memory_totals(graphs, target="host/cpu/fp32/t1", kernels: str = "xnnpack"):
+    """Peak bytes of each graph (the `predict_memory` totals, without per-op rows)."""
+    from latpred.memory.fast import memory_totals as run
+
+    return run(graphs, target, kernels)
+
+
+def predict_many_with_memory(model, graphs, *, kernels: str = "xnnpack",
+                             allow_fallback: bool = False):
+    """(latency predictions, peak bytes array) for `graphs` in one call."""
+    from latpred.memory.fast import predict_many_with_memory as run
+
+    return run(model, graphs, kernels=kernels, allow_fallback=allow_fallback)

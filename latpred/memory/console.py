@@ -1,0 +1,56 @@
+"""Printing memory predictions (`latpred inspect --memory`, `latpred predict --memory`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latpred.graph import Graph
+from latpred.memory.prediction import MemoryPrediction
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.3f}"
+
+
+def memory_report(pred: MemoryPrediction) -> dict[str, Any]:
+    """JSON-ready: the breakdown, the op that sets the arena's peak, one row per op."""
+    return {"target": pred.target, "kernels": pred.kernels, "breakdown": pred.breakdown(),
+            "peak_op": pred.peak_op,
+            "ops": [{"index": r.index, "type": r.type, "runs_on": r.runs_on,
+                     "output_bytes": r.output_bytes, "weight_bytes": r.weight_bytes,
+                     "arena_live": r.arena_live, "arena_extent": r.arena_extent,
+                     "packed_weights": r.packed_weights, "indirection": r.indirection,
+                     "temporaries": r.temporaries, "sets_peak": r.sets_peak}
+                    for r in pred.ops]}
+
+
+def print_memory(name: str, pred: MemoryPrediction, graph: Graph | None = None,
+                 per_op: bool = True) -> None:
+    """The breakdown and, with `per_op`, the per-op table (the peak op marked)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    b = pred.breakdown()
+    console.print(f"[bold]{name}[/bold] on {pred.target} ({pred.kernels}): peak "
+                  f"{_mb(pred.total)} MB = model {_mb(b['model_bytes'])} (weights "
+                  f"{_mb(b['weights_stored'])}) + packed weights {_mb(b['weights_packed'])} + "
+                  f"arena {_mb(b['arena'])} + workspace {_mb(b['workspace'])} + indirection "
+                  f"{_mb(b['indirection'])} + persistent {_mb(b['persistent_arena'])} + "
+                  f"overhead {_mb(b['overhead'])}")
+    if pred.peak_op >= 0:
+        op = pred.ops[pred.peak_op]
+        console.print(f"The arena peaks at op {op.index} ({op.type}): "
+                      f"{_mb(op.arena_extent)} MB in use.")
+    if not per_op:
+        return
+    table = Table(title=f"memory per op ({pred.kernels})")
+    for col in ("#", "op", "runs on", "out KB", "arena live KB", "arena extent KB",
+                "packed KB", "indir. KB", "temp KB", "peak"):
+        table.add_column(col, justify="left" if col in ("op", "runs on") else "right")
+    for r in pred.ops:
+        table.add_row(str(r.index), r.type, r.runs_on, f"{r.output_bytes / 1e3:.1f}",
+                      f"{r.arena_live / 1e3:.1f}", f"{r.arena_extent / 1e3:.1f}",
+                      f"{r.packed_weights / 1e3:.1f}", f"{r.indirection / 1e3:.1f}",
+                      f"{r.temporaries / 1e3:.1f}", "<- peak" if r.sets_peak else "")
+    console.print(table)

@@ -1,0 +1,52 @@
+"""Memory-aware NAS: peak memory with latency in one pass.
+
+    preds, peaks = predict_many_with_memory(model, graphs)   # Prediction list, bytes array
+
+`memory_totals` computes only the totals (the same arena plan, without the per-op table), so a
+NAS loop can use memory as a constraint next to latency.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from latpred.graph import Graph
+from latpred.memory import xnnpack
+from latpred.memory.host_cpu import OVERHEAD_PER_OP, OVERHEAD_PER_TENSOR, estimate_model_bytes
+from latpred.memory.litert_builtin import builtin_input
+from latpred.memory.litert_plan import plan
+
+
+def memory_total(graph: Graph, kernels: str = "xnnpack") -> int:
+    """`predict_memory(graph, host target, kernels).total` without building the per-op rows."""
+    if kernels == "builtin":
+        ap = plan(builtin_input(graph), stats=False)
+        extra = 0
+    else:
+        layout = xnnpack.delegated_input(graph)
+        ap = plan(layout.plan_input, stats=False)
+        extra = xnnpack.workspace_bytes(graph, layout)
+        for i in layout.delegated_ops:
+            op = graph.ops[i]
+            extra += xnnpack.packed_weights(graph, op) + xnnpack.indirection_bytes(graph, op)
+    return (estimate_model_bytes(graph) + ap.arena_bytes + ap.persistent_bytes + extra
+            + OVERHEAD_PER_OP.get(kernels, 0) * len(graph.ops)
+            + OVERHEAD_PER_TENSOR * len(graph.tensors))
+
+
+def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
+                  kernels: str = "xnnpack") -> np.ndarray:
+    """Peak bytes of each graph on `target` (LiteRT on the CPU), as `predict_memory` totals."""
+    from latpred.memory import _check_target
+
+    _check_target(target)
+    return np.array([memory_total(g, kernels) for g in graphs], dtype=np.int64)
+
+
+def predict_many_with_memory(model: Any, graphs: Sequence[Graph], *, kernels: str = "xnnpack",
+                             allow_fallback: bool = False) -> tuple[list[Any], np.ndarray]:
+    """`model.predict_many(graphs)` and the graphs' peak memory on the model's target."""
+    preds = model.predict_many(graphs, allow_fallback=allow_fallback)
+    return preds, memory_totals(graphs, model.target, kernels)

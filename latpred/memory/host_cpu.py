@@ -1,0 +1,89 @@
+"""The host CPU runtime (LiteRT 2.3 via ai-edge-litert, XNNPACK or TFLite's built-in kernels):
+peak memory as the sum of what the runtime allocates before the first run and holds.
+
+- The model buffer: `Interpreter(model_content=...)` keeps the caller's bytes (no copy);
+  constant tensors point into it (kTfLiteMmapRo).
+- The TFLite arena (`litert_plan.plan`), over the built-in nodes or, with XNNPACK, over the
+  execution plan the delegate leaves (one node per partition, `xnnpack.delegated_input`).
+- XNNPACK: packed weights, indirection buffers, the shared workspace (`xnnpack.py`).
+- `overhead`: per-op and per-tensor structures (TfLiteTensor/TfLiteNode, XNNPACK operator
+  objects, the flatbuffer's tables); `OVERHEAD_PER_OP`/`OVERHEAD_PER_TENSOR` are fitted on
+  `datasets/host-cpu-memory` (see docs/memory.md), the only fitted numbers here.
+"""
+
+from __future__ import annotations
+
+from latpred.errors import UnsupportedModelError
+from latpred.graph import Graph
+from latpred.memory.arena import align_up
+from latpred.memory.litert_builtin import builtin_input
+from latpred.memory.litert_plan import ArenaPlan, PlanInput, plan
+from latpred.memory.prediction import MemoryPrediction, OpMemory
+from latpred.memory import xnnpack
+
+KERNELS = ("xnnpack", "builtin")
+OVERHEAD_PER_OP = {"xnnpack": 0, "builtin": 0}
+OVERHEAD_PER_TENSOR = 0
+# Estimated flatbuffer bytes around the weights when the file itself is not given: each
+# buffer 16-aligned plus its table, ~100 bytes per tensor table (shape, name, quantization),
+# ~60 per operator, ~1 KB of model tables and metadata.
+_FB_PER_TENSOR, _FB_PER_OP, _FB_FIXED = 100, 60, 1024
+
+
+def estimate_model_bytes(graph: Graph) -> int:
+    consts = [t for t in graph.tensors if t.is_constant]
+    return (sum(align_up(t.nbytes, 16) + 16 for t in consts) + _FB_PER_TENSOR *
+            len(graph.tensors) + _FB_PER_OP * len(graph.ops) + _FB_FIXED)
+
+
+def arena_plan(graph: Graph, kernels: str = "xnnpack") -> tuple[ArenaPlan, PlanInput]:
+    """TFLite's arena plan for `graph` with XNNPACK or with the built-in kernels only."""
+    if kernels == "builtin":
+        p = builtin_input(graph)
+    elif kernels == "xnnpack":
+        p = xnnpack.delegated_input(graph).plan_input
+    else:
+        raise UnsupportedModelError(f"Unknown CPU kernels {kernels!r}; use one of {KERNELS}.")
+    return plan(p), p
+
+
+def predict_host_cpu(graph: Graph, target: str, kernels: str = "xnnpack",
+                     model_bytes: int | None = None) -> MemoryPrediction:
+    """Peak memory of `graph` on the host CPU with `kernels` ("xnnpack" or "builtin")."""
+    if kernels not in KERNELS:
+        raise UnsupportedModelError(f"Unknown CPU kernels {kernels!r}; use one of {KERNELS}.")
+    layout = xnnpack.delegated_input(graph) if kernels == "xnnpack" else None
+    p = layout.plan_input if layout else builtin_input(graph)
+    ap = plan(p)
+    delegated = layout.delegated_ops if layout else frozenset()
+    node_of = {i: k for k, node in enumerate(p.nodes) for i in node.ops}
+    temp_bytes = {k: sum(p.sizes[t] for t in node.temporaries) for k, node in enumerate(p.nodes)}
+    peak_node = ap.peak_node
+    rows, packed_total, ind_total, peak_op = [], 0, 0, -1
+    for i, op in enumerate(graph.ops):
+        on_xnn = i in delegated
+        packed = xnnpack.packed_weights(graph, op) if on_xnn else 0
+        ind = xnnpack.indirection_bytes(graph, op) if on_xnn else 0
+        packed_total += packed
+        ind_total += ind
+        k = node_of[i]
+        sets = k == peak_node and peak_op < 0
+        if sets:
+            peak_op = i
+        rows.append(OpMemory(
+            i, op.type, "xnnpack" if on_xnn else "builtin",
+            sum(graph.tensors[t].nbytes for t in op.outputs if t >= 0),
+            sum(graph.tensors[t].nbytes for t in op.inputs if t >= 0 and
+                graph.tensors[t].is_constant),
+            ap.node_live[k], ap.node_extent[k], packed, ind,
+            temp_bytes[k] if not on_xnn else 0, sets))
+    workspace = xnnpack.workspace_bytes(graph, layout) if layout else 0
+    stored = sum(t.nbytes for t in graph.tensors if t.is_constant)
+    overhead = (OVERHEAD_PER_OP[kernels] * len(graph.ops)
+                + OVERHEAD_PER_TENSOR * len(graph.tensors))
+    return MemoryPrediction(
+        target=target, kernels=kernels, weights_stored=stored,
+        model_bytes=model_bytes if model_bytes is not None else estimate_model_bytes(graph),
+        weights_packed=packed_total, arena=ap.arena_bytes,
+        persistent_arena=ap.persistent_bytes, workspace=workspace, indirection=ind_total,
+        overhead=overhead, peak_op=peak_op, ops=tuple(rows))

@@ -1,0 +1,119 @@
+"""What TFLite's built-in kernels add to the plan: allocation types set in Prepare and
+temporaries. LiteRT tag v2.2.0 (= f67457790), tflite/kernels/:
+
+- Allocation types: a tensor with a buffer is kTfLiteMmapRo. SHAPE's output is always
+  kTfLitePersistentRo (shape.cc:66); STRIDED_SLICE (strided_slice.cc:335), GATHER
+  (gather.cc:139), CONCATENATION (concatenation.cc:250) and MUL (mul.cc:131) compute at Prepare
+  into a kTfLitePersistentRo output when their inputs are constant or persistent; RESHAPE
+  copies a constant-or-persistent input the same way (reshape.cc:136), and with a shape
+  computed at run time returns kTfLiteOutputShapeNotKnown (reshape.cc:147), which ends the
+  prepared chunk; STRIDED_SLICE with run-time bounds makes its output dynamic.
+- Temporaries (float32 / int8, non-hybrid): CONV_2D allocates an im2col buffer
+  [N, OH, OW, KH*KW*Cin/groups] of the input type when the convolution is not 1x1 stride 1
+  without dilation (conv.cc `IsIm2ColRequired`, kGenericOptimized; with the multithreaded
+  Eigen kernel and threads != 1 it would use a persistent HWCN copy of the filter instead,
+  conv.cc:471). MEAN/SUM (reduce.cc `InitializeTemporaries`, `PrepareMeanOrSum`): int32
+  [rank(input)], int32 [number of axes], an accumulator of the output's element count
+  (float32 for float32, int32 for 8/16-bit, int64 for int32 inputs); the normalized-dims
+  temporary is dynamic for a non-constant input. Other reductions get the first two.
+  DEPTHWISE_CONV_2D and FULLY_CONNECTED allocate temporaries only in hybrid mode.
+"""
+
+from __future__ import annotations
+
+from latpred.graph import Graph, Op
+from latpred.memory.litert_plan import (ARENA, DYNAMIC, INPLACE, MMAP, PERSISTENT_RO,
+                                        PlanInput, PlanNode)
+
+_PREPARE_FOLDS = frozenset({"STRIDED_SLICE", "GATHER", "CONCATENATION", "MUL", "RESHAPE"})
+_REDUCE = frozenset({"MEAN", "SUM", "REDUCE_PROD", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY",
+                     "REDUCE_ALL"})
+_ACCUM = {"float32": ("float32", 4), "int8": ("int32", 4), "uint8": ("int32", 4),
+          "int16": ("int32", 4), "int32": ("int64", 8), "int64": ("int64", 8),
+          "bool": ("bool", 1)}
+
+
+def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
+    """Each tensor's allocation type after Prepare, and the ops that end a prepared chunk."""
+    kinds = {i: (MMAP if t.is_constant else ARENA) for i, t in enumerate(graph.tensors)}
+    stops: set[int] = set()
+
+    def known(t: int) -> bool:
+        return t < 0 or kinds[t] in (MMAP, PERSISTENT_RO)
+
+    for i, op in enumerate(graph.ops):
+        ins = [t for t in op.inputs if t >= 0]
+        out = op.outputs[0] if op.outputs else -1
+        if op.type == "SHAPE":
+            kinds[out] = PERSISTENT_RO
+        elif op.type == "RESHAPE":
+            shape_known = len(op.inputs) < 2 or known(op.inputs[1])
+            if not shape_known:
+                stops.add(i)
+            elif known(op.inputs[0]):
+                kinds[out] = PERSISTENT_RO
+        elif op.type == "STRIDED_SLICE":
+            if not all(known(t) for t in op.inputs[1:4]):
+                kinds[out] = DYNAMIC
+                stops.add(i)
+            elif all(known(t) for t in ins):
+                kinds[out] = PERSISTENT_RO
+        elif op.type in _PREPARE_FOLDS and ins and all(known(t) for t in ins):
+            kinds[out] = PERSISTENT_RO
+    return kinds, stops
+
+
+def temporaries(graph: Graph, op: Op) -> list[tuple[str, int, str]]:
+    """The temporaries a built-in kernel's Prepare adds: (name, bytes, allocation type)."""
+    if op.type == "CONV_2D":
+        x, w = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
+        out = graph.tensors[op.outputs[0]]
+        if w.dtype in ("int8", "uint8") and x.dtype == "float32":
+            return []     # hybrid: not modelled (latpred writes no hybrid models)
+        stride, dilation = op.attr("stride", (1, 1)), op.attr("dilation", (1, 1))
+        if tuple(stride) == (1, 1) and tuple(dilation) == (1, 1) and w.shape[1:3] == (1, 1):
+            return []
+        n, oh, ow = out.shape[0], out.shape[1], out.shape[2]
+        depth = w.shape[1] * w.shape[2] * w.shape[3]
+        return [("im2col", n * oh * ow * depth * x.itemsize, ARENA)]
+    if op.type in _REDUCE:
+        x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+        axes = graph.tensors[op.inputs[1]]
+        temps = [("reduce_index", 4 * len(x.shape), ARENA),
+                 ("reduce_resolved_axis", 4 * axes.size, ARENA)]
+        if op.type in ("MEAN", "SUM", "REDUCE_PROD"):
+            _, item = _ACCUM.get(x.dtype, ("float32", 4))
+            temps.append(("reduce_accum", out.size * item, ARENA))
+        return temps
+    return []
+
+
+def builtin_input(graph: Graph) -> PlanInput:
+    """The planner's input when every op runs on TFLite's built-in kernels (no delegate)."""
+    kinds, stops = tensor_kinds(graph)
+    sizes = {i: t.nbytes for i, t in enumerate(graph.tensors)}
+    names: dict[int, str] = {}
+    nodes = []
+    next_id = len(graph.tensors)
+    for i, op in enumerate(graph.ops):
+        temps = []
+        for name, nbytes, kind in temporaries(graph, op):
+            sizes[next_id], kinds[next_id], names[next_id] = nbytes, kind, f"{op.type}:{name}"
+            temps.append(next_id)
+            next_id += 1
+        nodes.append(PlanNode(op.inputs, op.outputs, (i,), op.type, tuple(temps),
+                              INPLACE.get(op.type, 0), i in stops))
+    return PlanInput(tuple(nodes), sizes, kinds, plan_kinds(kinds, nodes, stops), graph.inputs,
+                     graph.outputs, names)
+
+
+def plan_kinds(kinds: dict[int, str], nodes: list[PlanNode], stops: set[int]) -> dict[int, str]:
+    """Allocation types when `PlanAllocations` runs: after the first chunk only was prepared,
+    later nodes' outputs still have the reader's default (kTfLiteArenaRw)."""
+    first_stop = min((k for k, n in enumerate(nodes) if n.ends_chunk), default=len(nodes))
+    out = dict(kinds)
+    for node in nodes[first_stop + 1:]:
+        for t in node.outputs:
+            if out.get(t) != MMAP:
+                out[t] = ARENA
+    return out

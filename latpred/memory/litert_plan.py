@@ -1,0 +1,223 @@
+"""LiteRT's ArenaPlanner on a latpred Graph: lifetimes, in-place sharing, temporaries, chunks.
+
+Sources: google-ai-edge/LiteRT tag v2.2.0 (= f67457790 for every file cited here), which the
+ai-edge-litert 2.3.0 wheel's TFLite runtime is built from.
+
+- tflite/arena_planner.cc `PlanAllocations`: graph outputs get one extra reference (never
+  freed); graph inputs one extra reference and are allocated at node 0; a node's outputs are
+  allocated at that node; an input is freed at the node that drops its last reference.
+- `IdentifyInPlaceTensors` / `InputTensorCanBeShared`: an op whose registration has
+  `inplace_operator` flags may write its output 0 into one of its first three inputs
+  (kTfLiteMaxSharableOpInputs) when neither is a graph input/output, the input lives in the
+  arena (or has the output's allocation type), and, unless the op leaves data unmodified,
+  both have the same byte size > 4 (kScalarTensorBytes) and the input (and its root) has one
+  reference. Shared tensors are reference-counted on their root.
+- Flags (tflite/kernels/*.cc registrations): ADD, SUB, MUL, DIV: Input0|Input1 shared
+  (add.cc:459, sub.cc:498, mul.cc:401, div.cc:331); SOFTMAX: Input0 (activations.cc:1835);
+  RESHAPE, SQUEEZE, EXPAND_DIMS, BITCAST: Input0 + DataUnmodified (reshape.cc:239,
+  squeeze.cc:122, expand_dims.cc:141, bitcast.cc:112).
+- `ExecuteAllocations`: temporaries live at their node only; tflite/core/subgraph.cc
+  `PrepareOpsStartingAt` stops after a node with a dynamic output or one whose Prepare
+  returned kTfLiteOutputShapeNotKnown, and the arena is planned chunk by chunk (the rest at
+  Invoke), which `plan` reproduces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from latpred.memory.arena import NEVER, Alloc, SimpleArena, allocation_order
+
+# inplace_operator flags (tflite/core/c/common.h:1173)
+DATA_UNMODIFIED, INPUT0, INPUT1 = 1, 4, 8
+MAX_SHARABLE_INPUTS = 3        # kTfLiteMaxSharableOpInputs
+SCALAR_BYTES = 4               # arena_planner.cc kScalarTensorBytes
+INPLACE = {"ADD": INPUT0 | INPUT1, "SUB": INPUT0 | INPUT1, "MUL": INPUT0 | INPUT1,
+           "DIV": INPUT0 | INPUT1, "SOFTMAX": INPUT0,
+           "RESHAPE": INPUT0 | DATA_UNMODIFIED, "SQUEEZE": INPUT0 | DATA_UNMODIFIED,
+           "EXPAND_DIMS": INPUT0 | DATA_UNMODIFIED, "BITCAST": INPUT0 | DATA_UNMODIFIED}
+
+# Allocation types (TfLiteAllocationType) the plan distinguishes.
+ARENA, PERSISTENT_ARENA, MMAP, PERSISTENT_RO, DYNAMIC = \
+    "arena", "persistent_arena", "mmap", "persistent_ro", "dynamic"
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    """One node of the execution plan: a builtin op, or a delegate kernel standing for several.
+
+    `ops`: the graph op indices it runs; `ends_chunk`: Prepare stops after it (dynamic output).
+    """
+
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    ops: tuple[int, ...]
+    label: str
+    temporaries: tuple[int, ...] = ()
+    inplace: int = 0
+    ends_chunk: bool = False
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """What the planner sees: nodes in execution order, byte sizes and allocation types.
+
+    `kinds`: each tensor's allocation type once its node is prepared; `plan_kinds`: at
+    `PlanAllocations` time, when only the first chunk's nodes have been prepared.
+    `names`: labels of the temporaries (tensor ids past the graph's).
+    """
+
+    nodes: tuple[PlanNode, ...]
+    sizes: dict[int, int]
+    kinds: dict[int, str]
+    plan_kinds: dict[int, str]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    names: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ArenaPlan:
+    """The arena as LiteRT plans it.
+
+    `arena_bytes`: the kTfLiteArenaRw high-water mark (the buffer size); `persistent_bytes`:
+    the kTfLiteArenaRwPersistent arena's. `node_extent[i]`: the highest byte in use while node
+    i runs (max end of the allocations live at i); `node_live[i]`: the bytes live at node i.
+    `shared`: in-place outputs -> the tensor whose buffer they use.
+    """
+
+    arena_bytes: int
+    persistent_bytes: int
+    allocs: tuple[Alloc, ...]
+    persistent: tuple[Alloc, ...]
+    shared: dict[int, int]
+    node_extent: tuple[int, ...]
+    node_live: tuple[int, ...]
+    chunks: tuple[tuple[int, int], ...]
+
+    @property
+    def peak_node(self) -> int:
+        """The first node at which the arena reaches its high-water mark (-1: empty arena)."""
+        for i, extent in enumerate(self.node_extent):
+            if extent == self.arena_bytes and extent > 0:
+                return i
+        return -1
+
+
+def _find(shared: dict[int, int], t: int) -> int:
+    return shared.get(t, t)
+
+
+def _in_place(p: PlanInput, refs: list[int] | dict[int, int]) -> dict[int, int]:
+    """`IdentifyInPlaceTensors` with the full reference counts `refs`."""
+    shared: dict[int, int] = {}
+    inputs, outputs = set(p.inputs), set(p.outputs)
+    for node in p.nodes:
+        if not node.inplace or not node.outputs:
+            continue
+        changed = not node.inplace & DATA_UNMODIFIED
+        out = node.outputs[0]
+        chosen = -1
+        for k, t in enumerate(node.inputs[:MAX_SHARABLE_INPUTS]):
+            if t < 0 or not node.inplace & (INPUT0 << k):
+                continue
+            if changed and (p.sizes[t] != p.sizes[out] or p.sizes[t] <= SCALAR_BYTES
+                            or refs[t] > 1):
+                continue
+            if t in inputs or out in outputs:
+                continue
+            kin, kout = p.plan_kinds[t], p.plan_kinds[out]
+            if kin != kout and kin != ARENA:
+                continue
+            chosen = t
+            break
+        if chosen < 0:
+            continue
+        root = _find(shared, chosen)
+        if changed and refs[root] > 1:
+            continue
+        shared[out] = root
+    return shared
+
+
+def plan(p: PlanInput, stats: bool = True) -> ArenaPlan:
+    """`PlanAllocations`, then `ExecuteAllocations` chunk by chunk (`stats`: also the per-node
+    extent and live bytes, which a NAS loop that wants the total can skip)."""
+    refs: dict[int, int] = {t: 0 for t in p.sizes}
+    alloc_node: dict[int, int] = {}
+    dealloc_node: dict[int, int] = {}
+    for t in p.outputs:
+        refs[t] += 1
+    for t in p.inputs:
+        refs[t] += 1
+        alloc_node.setdefault(t, 0)
+    base = dict(refs)
+    for node in p.nodes:
+        for t in node.inputs:
+            if t >= 0:
+                refs[t] += 1
+    shared = _in_place(p, refs)
+    counts = base
+    for node in p.nodes:
+        for t in node.inputs:
+            if t >= 0:
+                counts[_find(shared, t)] += 1
+    for i, node in enumerate(p.nodes):
+        for t in node.outputs:
+            alloc_node.setdefault(t, i)
+        for t in node.inputs:
+            if t < 0:
+                continue
+            root = _find(shared, t)
+            counts[root] -= 1
+            if counts[root] == 0 and root in alloc_node:
+                dealloc_node[root] = i
+    node_tensors: list[list[int]] = [[] for _ in p.nodes] or [[]]
+    node_tensors[0].extend(t for t in p.inputs)
+    for i, node in enumerate(p.nodes):
+        node_tensors[i].extend(node.outputs)
+        for t in node.temporaries:
+            alloc_node[t] = dealloc_node[t] = i
+            node_tensors[i].append(t)
+
+    arena, persistent = SimpleArena(), SimpleArena()
+    allocs: dict[int, Alloc] = {}
+    pallocs: dict[int, Alloc] = {}
+    chunks = _chunks(p.nodes)
+    for c, (lo, hi) in enumerate(chunks):
+        todo = list(dict.fromkeys(t for i in range(lo, hi + 1) for t in node_tensors[i]))
+        todo = [t for t in todo if p.kinds.get(t) in (ARENA, PERSISTENT_ARENA)
+                and p.sizes[t] > 0 and t not in allocs]
+        if not todo:
+            continue
+        if c == 0:
+            arena.reset()
+        else:
+            arena.purge_before(lo)
+        last = {t: dealloc_node.get(t, NEVER) for t in todo}
+        for t in allocation_order(todo, p.sizes, alloc_node, last):
+            root = shared.get(t)
+            if root is not None and p.kinds.get(root) == ARENA and p.sizes[root] == p.sizes[t]:
+                continue
+            if p.kinds[t] == ARENA:
+                allocs[t] = arena.allocate(t, p.sizes[t], alloc_node[t], last[t])
+            elif t not in pallocs:
+                pallocs[t] = persistent.allocate(t, p.sizes[t], alloc_node[t], NEVER)
+    extent, live = [], []
+    for i in range(len(p.nodes) if stats else 0):
+        here = [a for a in allocs.values() if a.first <= i <= a.last]
+        extent.append(max((a.end for a in here), default=0))
+        live.append(sum(a.size for a in here))
+    return ArenaPlan(arena.high_water_mark, persistent.high_water_mark,
+                     tuple(allocs.values()), tuple(pallocs.values()), shared, tuple(extent),
+                     tuple(live), tuple(chunks))
+
+
+def _chunks(nodes: tuple[PlanNode, ...]) -> list[tuple[int, int]]:
+    """Node ranges `PrepareOpsStartingAt` prepares (and the arena plans) at a time."""
+    out, start = [], 0
+    for i, node in enumerate(nodes):
+        if node.ends_chunk or i == len(nodes) - 1:
+            out.append((start, i))
+            start = i + 1
+    return out or [(0, 0)]

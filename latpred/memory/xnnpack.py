@@ -1,0 +1,268 @@
+"""The XNNPACK delegate's share of memory: which ops it takes, the TFLite plan it leaves,
+its workspace, packed weights and indirection buffers.
+
+Sources: google-ai-edge/LiteRT v2.2.0 tflite/delegates/xnnpack/xnnpack_delegate.cc (the
+default delegate: `TfLiteXNNPackDelegateOptionsDefault`, no weights cache, so every operator
+packs its own weights; the delegate keeps the model's own buffers); google/XNNPACK at
+75db3c093 (the newest snapshot before the 2.3.0 wheel; the wheel's exact pin is not in the
+LiteRT tree):
+
+- src/runtime.c `xnn_plan_memory`: values internal to a delegated partition live in one
+  workspace, each `xnn_get_rounded_size` = round_up(round_up(bytes, XNN_EXTRA_BYTES=16), 64)
+  (src/xnnpack/subgraph.h:566, include/xnnpack.h, src/xnnpack/common.h); the workspace adds
+  2 * XNN_EXTRA_BYTES and is shared by all partitions (sized to the largest,
+  `initialize_workspace_values`). Unary/binary element-wise, copy, softmax and static reshape
+  outputs reuse a one-consumer input of equal size (`optimize_tensor_allocation_for_in_place_
+  operations`).
+- src/memory-planner.c: sort by size (largest first), place each value at the smallest gap
+  between the coalesced blocks of the values whose lifetimes overlap it (the gap before the
+  first block counts), else after the last.
+- Packed weights, src/operators/convolution-nhwc.c:403 and fully-connected-nc.c:221:
+  ((kernel_size * round_up_po2(Cin, kr*sr) * 4) + 4) * round_up(Cout, nr) bytes, rounded up to
+  64. This host (x86-64 FMA3/AVX2, no AVX-512) uses the f32 GEMM 6x16 (nr=16, kr=sr=1,
+  src/configs/gemm-config.c). Depthwise: (kernel_size * 4 + 4) * round_up(C, cr), cr=16 for
+  3x3 (9p16c) and 8 for 5x5 (25p8c) on FMA3 (src/configs/dwconv-config.c); other kernel sizes
+  are approximated with cr=16 and one pass.
+- Indirection buffers (kept by the operator: the delegate does not set
+  XNN_FLAG_TRANSIENT_INDIRECTION_BUFFER by default): IGEMM convolutions kernel_size *
+  round_up(OH*OW, mr) pointers (convolution-nhwc.c:2819; mr=6 approximates
+  `xnn_get_heuristic_mr_igemm`); depthwise (primary_tile - kernel_size + OH * (kernel_size +
+  (OW-1) * step_w * KH)) pointers rounded up to 64 bytes (convolution-nhwc.c:3128).
+  1x1 stride-1 convolutions run as GEMMs without one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from latpred.graph import Graph, Op
+from latpred.memory.arena import align_up
+from latpred.memory.litert_builtin import tensor_kinds, temporaries
+from latpred.memory.litert_plan import INPLACE, MMAP, PlanInput, PlanNode, plan_kinds
+
+EXTRA_BYTES, ALIGNMENT = 16, 64
+GEMM_NR, GEMM_MR = 16, 6
+_ELEMENTWISE = frozenset({
+    "ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU", "RELU",
+    "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "GELU",
+    "ABS", "NEG", "SQRT", "SQUARE", "RSQRT", "EXP", "LOG", "FLOOR", "CEIL", "ROUND", "SIN",
+    "COS"})
+_ALWAYS = _ELEMENTWISE | {"AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION", "SPLIT",
+                          "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "RESIZE_BILINEAR",
+                          "BATCH_MATMUL", "QUANTIZE", "DEQUANTIZE"}
+# Ops with operands that must be static (kTfLiteMmapRo): input positions.
+_STATIC = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1, 2),
+           "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "REDUCE_MIN": (1,), "PAD": (1,),
+           "PADV2": (1, 2), "RESHAPE": (1,), "TRANSPOSE": (1,), "STRIDED_SLICE": (1, 2, 3),
+           "SLICE": (1, 2), "EXPAND_DIMS": (1,), "TRANSPOSE_CONV": (0, 1)}
+_IN_PLACE = _ELEMENTWISE | {"SOFTMAX", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CONCATENATION"}
+
+
+def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
+    """Whether the delegate takes `op` (float32 graphs; an approximation of its Visit* checks:
+    operand types, static operands; SOFTMAX needs beta 1; SPLIT_V, SHAPE, PACK, GATHER stay)."""
+    if any(t >= 0 and graph.tensors[t].dtype not in ("float32", "int8", "uint8")
+           for t in op.inputs[:1]):
+        return False      # XNNPACK takes fp32 and 8-bit quantized tensors, not int32 shapes
+    if op.type == "SOFTMAX":
+        return abs(float(op.attr("beta", 1.0)) - 1.0) < 1e-9
+    if op.type in _STATIC:
+        return all(k >= len(op.inputs) or op.inputs[k] < 0 or kinds[op.inputs[k]] == MMAP
+                   for k in _STATIC[op.type])
+    return op.type in _ALWAYS
+
+
+def partitions(graph: Graph, kinds: dict[int, str]) -> list[tuple[bool, list[int]]]:
+    """(delegated, op indices) subsets in execution order, as TFLite's
+    `PartitionGraphIntoIndependentNodeSubsets` forms them (tflite/graph_info.cc): keep adding
+    ready ops of the current kind, in index order, before switching kind."""
+    sup = [supported(graph, op, kinds) for op in graph.ops]
+    producers = graph.producers
+    deps = [{producers[t] for t in op.inputs if t >= 0 and t in producers} for op in graph.ops]
+    done: set[int] = set()
+    out: list[tuple[bool, list[int]]] = []
+    remaining = list(range(len(graph.ops)))
+    while remaining:
+        ready = [i for i in remaining if deps[i] <= done]
+        kind = sup[ready[0]]
+        subset: list[int] = []
+        while True:
+            batch = [i for i in remaining if sup[i] == kind and deps[i] <= done]
+            if not batch:
+                break
+            subset.extend(batch)
+            done.update(batch)
+            remaining = [i for i in remaining if i not in done]
+        out.append((kind, sorted(subset)))
+    return out
+
+
+@dataclass(frozen=True)
+class XnnpackLayout:
+    """The delegated model: the TFLite plan's input, per-partition internal tensors."""
+
+    plan_input: PlanInput
+    delegated_ops: frozenset[int]
+    internal: tuple[tuple[int, ...], ...]   # per delegated partition: tensors inside it
+
+
+def delegated_input(graph: Graph) -> XnnpackLayout:
+    """The TFLite execution plan after the delegate replaced its partitions (one node each)."""
+    kinds, stops = tensor_kinds(graph)
+    sizes = {i: t.nbytes for i, t in enumerate(graph.tensors)}
+    names: dict[int, str] = {}
+    nodes: list[PlanNode] = []
+    internal: list[tuple[int, ...]] = []
+    delegated: set[int] = set()
+    outputs = set(graph.outputs)
+    next_id = len(graph.tensors)
+    for is_xnn, ops in partitions(graph, kinds):
+        if not is_xnn:
+            for i in ops:
+                op = graph.ops[i]
+                temps = []
+                for name, nbytes, kind in temporaries(graph, op):
+                    sizes[next_id], kinds[next_id] = nbytes, kind
+                    names[next_id] = f"{op.type}:{name}"
+                    temps.append(next_id)
+                    next_id += 1
+                nodes.append(PlanNode(op.inputs, op.outputs, (i,), op.type, tuple(temps),
+                                      INPLACE.get(op.type, 0), i in stops))
+            continue
+        delegated.update(ops)
+        inside = set(ops)
+        produced = [t for i in ops for t in graph.ops[i].outputs]
+        read_outside = {t for j, op in enumerate(graph.ops) if j not in inside
+                        for t in op.inputs}
+        outs = tuple(t for t in produced if t in read_outside or t in outputs)
+        ins = tuple(dict.fromkeys(t for i in ops for t in graph.ops[i].inputs
+                                  if t >= 0 and t not in set(produced)))
+        internal.append(tuple(t for t in produced if t not in set(outs)))
+        nodes.append(PlanNode(ins, outs, tuple(ops), "XNNPACK"))
+    pk = plan_kinds(kinds, nodes, {k for k, n in enumerate(nodes) if n.ends_chunk})
+    return XnnpackLayout(PlanInput(tuple(nodes), sizes, kinds, pk, graph.inputs, graph.outputs,
+                                   names), frozenset(delegated), tuple(internal))
+
+
+def rounded(nbytes: int) -> int:
+    """`xnn_get_rounded_size`."""
+    return align_up(align_up(nbytes, EXTRA_BYTES), ALIGNMENT)
+
+
+def workspace_bytes(graph: Graph, layout: XnnpackLayout) -> int:
+    """The shared XNNPACK workspace: the largest partition plan + 2 * XNN_EXTRA_BYTES."""
+    best = 0
+    partition_ops = [n.ops for n in layout.plan_input.nodes if n.label == "XNNPACK"]
+    for ops, inside in zip(partition_ops, layout.internal):
+        best = max(best, _partition_plan(graph, ops, set(inside)))
+    return best + 2 * EXTRA_BYTES if best else 0
+
+
+def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> int:
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    consumers: dict[int, int] = {}
+    for n, i in enumerate(ops):
+        op = graph.ops[i]
+        for t in (*op.inputs, *op.outputs):
+            if t in inside:
+                first.setdefault(t, n)
+                last[t] = n
+        for t in op.inputs:
+            consumers[t] = consumers.get(t, 0) + 1
+    reuse: dict[int, int] = {}
+    for n, i in enumerate(ops):
+        op = graph.ops[i]
+        if op.type not in _IN_PLACE or not op.outputs or op.outputs[0] not in inside:
+            continue
+        out = op.outputs[0]
+        for t in op.inputs:
+            if t in inside and consumers.get(t) == 1 and \
+                    graph.tensors[t].nbytes == graph.tensors[out].nbytes and \
+                    consumers.get(out, 0) == 1:
+                root = t
+                while root in reuse:
+                    root = reuse[root]
+                reuse[out] = root
+                last[root] = max(last[root], last[out])
+                break
+    values = sorted((t for t in inside if t not in reuse and graph.tensors[t].nbytes),
+                    key=lambda t: -rounded(graph.tensors[t].nbytes))
+    placed: list[tuple[int, int, int, int]] = []      # (start, end, first, last)
+    size = 0
+    for t in values:
+        need = rounded(graph.tensors[t].nbytes)
+        blocks = sorted((s, e) for s, e, f, l in placed if not (l < first[t] or f > last[t]))
+        offset = _find_offset(blocks, need)
+        placed.append((offset, offset + need, first[t], last[t]))
+        size = max(size, offset + need)
+    return size
+
+
+def _find_offset(blocks: list[tuple[int, int]], need: int) -> int:
+    """memory-planner.c `find_value_alloc_offset`."""
+    if not blocks:
+        return 0
+    merged = [list(blocks[0])]
+    for s, e in blocks[1:]:
+        if s > merged[-1][1]:
+            merged.append([s, e])
+        elif e > merged[-1][1]:
+            merged[-1][1] = e
+    best_gap, offset = None, merged[-1][1]
+    if merged[0][0] >= need:
+        best_gap, offset = merged[0][0], 0
+    for (s0, e0), (s1, _) in zip(merged, merged[1:]):
+        gap = s1 - e0
+        if gap >= need and (best_gap is None or gap < best_gap):
+            best_gap, offset = gap, e0
+    return offset
+
+
+def packed_weights(graph: Graph, op: Op) -> int:
+    """Bytes of the weights XNNPACK packs for `op` (0 for ops without packed weights)."""
+    if op.type == "CONV_2D":
+        w = graph.tensors[op.inputs[1]]
+        cout, kh, kw, cin = w.shape
+        groups = int(op.attr("groups", 1) or 1)
+        gout = cout // groups
+        if groups > 1 and gout == 1 and cin == 1:             # channel-wise: depthwise path
+            return _dw_packed(kh * kw, cout)
+        per_group = (kh * kw * cin * 4 + 4) * align_up(gout, GEMM_NR)
+        return align_up(per_group * groups, ALIGNMENT)
+    if op.type == "DEPTHWISE_CONV_2D":
+        w = graph.tensors[op.inputs[1]]
+        return _dw_packed(w.shape[1] * w.shape[2], w.shape[3])
+    if op.type == "FULLY_CONNECTED":
+        w = graph.tensors[op.inputs[1]]
+        cout, cin = w.shape[0], w.size // max(w.shape[0], 1)
+        return align_up((cin * 4 + 4) * align_up(cout, GEMM_NR), ALIGNMENT)
+    return 0
+
+
+def _dw_packed(kernel_size: int, channels: int) -> int:
+    cr = 8 if kernel_size == 25 else 16
+    tile = {9: 9, 25: 25}.get(kernel_size, kernel_size)
+    return align_up((tile * 4 + 4) * align_up(channels, cr), ALIGNMENT)
+
+
+def indirection_bytes(graph: Graph, op: Op) -> int:
+    """Bytes of the operator's indirection buffer (pointers into the input)."""
+    if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        return 0
+    w = graph.tensors[op.inputs[1]]
+    out = graph.tensors[op.outputs[0]]
+    kh, kw = w.shape[1], w.shape[2]
+    oh, ow = out.shape[1], out.shape[2]
+    stride = tuple(op.attr("stride", (1, 1)))
+    depthwise = op.type == "DEPTHWISE_CONV_2D" or (
+        int(op.attr("groups", 1) or 1) > 1 and w.shape[3] == 1 and w.shape[0] == int(
+            op.attr("groups", 1)))
+    if depthwise:
+        dil = tuple(op.attr("dilation", (1, 1)))
+        step_w = stride[1] if dil[1] == 1 else kw
+        step_h = kh * kw + (ow - 1) * step_w * kh
+        return align_up((oh * step_h) * 8, ALIGNMENT)
+    if (kh, kw) == (1, 1) and stride == (1, 1) and op.attr("padding", "SAME") in ("SAME", "VALID"):
+        return 0                                          # runs as a GEMM
+    return kh * kw * align_up(oh * ow, GEMM_MR) * 8

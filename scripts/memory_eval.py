@@ -1,0 +1,105 @@
+"""Score `latpred.predict_memory` on datasets/host-cpu-memory (docs/memory.md's figures).
+
+    python scripts/memory_eval.py --data datasets/host-cpu-memory [--json out/memory_eval.json]
+
+Graphs are rebuilt from the stored architecture JSON (the committed file for corpus models);
+the model buffer is the measured file's size. Pure Python: no runtime runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from latpred.builder import GraphBuilder  # noqa: E402
+from latpred.memory import largest_layer, naive_sum, predict_memory  # noqa: E402
+from latpred.sampler import build_graph  # noqa: E402
+from latpred.tflite import read_tflite  # noqa: E402
+
+TARGET = "host/cpu/fp32/t1"
+
+
+def graph_of(row) -> object:
+    if row["file"]:
+        return read_tflite(ROOT / row["file"])
+    return build_graph(json.loads(row["arch"]))
+
+
+def trivial_total() -> int:
+    b = GraphBuilder("trivial")
+    x = b.input((1, 1, 1, 4))
+    b.output(b.add(x, x))
+    return predict_memory(b.build(), TARGET).total
+
+
+def score(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    base = trivial_total()
+    recs = []
+    for _, row in df.iterrows():
+        g = graph_of(row)
+        pb = predict_memory(g, TARGET, "builtin")
+        px = predict_memory(g, TARGET, "xnnpack", model_bytes=int(row["file_bytes"]))
+        measured = int(row["rss_delta"]) + base
+        recs.append({"model_id": row["model_id"], "source": row["source"],
+                     "n_ops": row["n_ops"], "measured": measured,
+                     "arena_builtin": row["arena_builtin"], "pred_arena_builtin": pb.arena,
+                     "arena_xnnpack": row["arena_xnnpack"], "pred_arena_xnnpack": px.arena,
+                     "pred_total": px.total, "pred_no_overhead": px.total - px.overhead,
+                     "naive": naive_sum(g), "largest": largest_layer(g),
+                     **{f"part_{k}": v for k, v in px.breakdown().items()}})
+    r = pd.DataFrame(recs)
+    ape = lambda col: (r[col] - r["measured"]).abs() / r["measured"] * 100  # noqa: E731
+    r["ape_total"], r["ape_naive"], r["ape_largest"] = ape("pred_total"), ape("naive"), \
+        ape("largest")
+    ok_b = r["arena_builtin"] >= 0
+    ok_x = r["arena_xnnpack"] >= 0
+    figures = {
+        "models": len(r),
+        "arena_builtin_exact": int((r.loc[ok_b, "arena_builtin"] ==
+                                    r.loc[ok_b, "pred_arena_builtin"]).sum()),
+        "arena_builtin_measured": int(ok_b.sum()),
+        "arena_xnnpack_exact": int((r.loc[ok_x, "arena_xnnpack"] ==
+                                    r.loc[ok_x, "pred_arena_xnnpack"]).sum()),
+        "arena_xnnpack_measured": int(ok_x.sum()),
+        "total_within_5pct": float((r["ape_total"] <= 5).mean() * 100),
+        "total_mdape": float(r["ape_total"].median()),
+        "total_mape": float(r["ape_total"].mean()),
+        "total_p90": float(np.percentile(r["ape_total"], 90)),
+        "naive_mdape": float(r["ape_naive"].median()),
+        "largest_mdape": float(r["ape_largest"].median()),
+        "naive_mape": float(r["ape_naive"].mean()),
+        "largest_mape": float(r["ape_largest"].mean()),
+    }
+    figures["beats_naive_x"] = figures["naive_mdape"] / max(figures["total_mdape"], 1e-9)
+    figures["beats_largest_x"] = figures["largest_mdape"] / max(figures["total_mdape"], 1e-9)
+    per_source = r.groupby("source")["ape_total"].agg(["count", "median", "max"])
+    figures["per_source"] = {s: {"n": int(v["count"]), "mdape": float(v["median"]),
+                                 "max": float(v["max"])} for s, v in per_source.iterrows()}
+    return r, figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default="datasets/host-cpu-memory")
+    ap.add_argument("--json", default=None, help="Write the figures here.")
+    ap.add_argument("--rows", default=None, help="Write per-model rows (CSV) here.")
+    args = ap.parse_args()
+    df = pd.read_parquet(Path(args.data) / "models.parquet")
+    rows, figures = score(df)
+    print(json.dumps(figures, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    if args.rows:
+        rows.to_csv(args.rows, index=False)
+
+
+if __name__ == "__main__":
+    main()

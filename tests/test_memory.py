@@ -1,0 +1,141 @@
+"""Memory prediction: hand-computed arena plans, and the plan against LiteRT's own arena."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import latpred
+from latpred.builder import GraphBuilder
+from latpred.errors import LatpredError
+from latpred.memory import largest_layer, naive_sum, predict_memory
+from latpred.memory.arena import SimpleArena
+from latpred.memory.host_cpu import arena_plan
+from latpred.memory.xnnpack import _find_offset, packed_weights
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = sorted((ROOT / "tests" / "fixtures" / "corpus").glob("*.tflite"))
+TARGET = "host/cpu/fp32/t1"
+
+
+def _residual():
+    """x[1,8,8,4] -> 1x1 conv (8) -> 1x1 conv (4) -> + x -> 1x1 conv (8) = output."""
+    b = GraphBuilder()
+    x = b.input((1, 8, 8, 4))
+    y = b.conv2d(x, 8, 1)
+    z = b.conv2d(y, 4, 1)
+    s = b.add(z, x)
+    b.output(b.conv2d(s, 8, 1))
+    return b.build()
+
+
+def _conv_mean():
+    """x[1,8,8,4] -> 3x3 conv (4) -> MEAN over H, W (keep dims) = output."""
+    b = GraphBuilder()
+    x = b.input((1, 8, 8, 4))
+    y = b.conv2d(x, 4, 3)
+    b.output(b.mean(y))
+    return b.build()
+
+
+def test_residual_plan_by_hand():
+    # x lives all run at 0 (1024 B); the largest first: y (2048, node 0) after x at 1024;
+    # the output (2048, node 3) at 1024 too (y is dead by then); z (1024, nodes 1-3: the ADD
+    # writes in place into z, which the last conv reads) fits in no gap: 3072..4096.
+    plan, p = arena_plan(_residual(), "builtin")
+    assert plan.arena_bytes == 4096
+    add_out = p.nodes[2].outputs[0]
+    assert plan.shared == {add_out: p.nodes[1].outputs[0]}
+    offsets = {a.tensor: a.offset for a in plan.allocs}
+    assert offsets[p.inputs[0]] == 0
+    assert offsets[p.nodes[0].outputs[0]] == 1024
+    assert offsets[p.nodes[3].outputs[0]] == 1024
+    assert offsets[p.nodes[1].outputs[0]] == 3072
+    assert plan.peak_node == 1
+
+
+def test_conv_mean_plan_by_hand():
+    # im2col [1,8,8,36] float = 9216 B at 1024 (after x), the conv output after it at 10240:
+    # 11264 B. MEAN's output (16 B) and temporaries (16, 16, 8 B) fill the gap im2col left,
+    # 64-aligned: 1024, 1088, 1152, 1216.
+    plan, p = arena_plan(_conv_mean(), "builtin")
+    assert plan.arena_bytes == 11264
+    temps = p.nodes[0].temporaries
+    assert len(temps) == 1 and p.sizes[temps[0]] == 9216
+    assert [p.sizes[t] for t in p.nodes[1].temporaries] == [16, 8, 16]
+    offsets = {a.tensor: a.offset for a in plan.allocs}
+    mean_temps = p.nodes[1].temporaries
+    assert offsets[p.nodes[1].outputs[0]] == 1024
+    assert [offsets[t] for t in mean_temps] == [1088, 1216, 1152]
+    assert plan.peak_node == 0
+
+
+def test_arena_best_fit_quirk():
+    arena = SimpleArena()
+    a = arena.allocate(0, 100, 0, 5)
+    b = arena.allocate(1, 64, 0, 0)
+    arena.allocate(2, 100, 0, 5)
+    assert (a.offset, b.offset) == (0, 128)
+    # b is dead at node 1: its 64 B gap (offset 128) takes a 64 B tensor, not the end.
+    assert arena.allocate(3, 64, 1, 2).offset == 128
+    assert arena.allocate(4, 65, 1, 2).offset == 320
+
+
+def test_xnnpack_gap_search():
+    assert _find_offset([], 10) == 0
+    assert _find_offset([(0, 64), (128, 192)], 64) == 64
+    assert _find_offset([(64, 128)], 64) == 0       # the gap before the first block counts
+    assert _find_offset([(0, 64), (100, 192)], 64) == 192
+
+
+def test_prediction_breakdown_and_peak_row():
+    g = _conv_mean()
+    pred = latpred.predict_memory(g, TARGET, kernels="builtin")
+    assert pred.arena == 11264 and pred.weights_packed == 0
+    assert [r.sets_peak for r in pred.ops] == [True, False]
+    assert pred.ops[0].temporaries == 9216
+    x = predict_memory(g, TARGET)
+    assert x.kernels == "xnnpack" and x.arena < pred.arena
+    conv = g.ops[0]
+    assert x.weights_packed == packed_weights(g, conv)   # MEAN packs nothing
+    # (3*3*4*4 + 4) * round_up(4, 16) = 2368 -> 64-aligned 2368
+    assert packed_weights(g, conv) == 2368
+    assert x.total == sum(v for k, v in x.breakdown().items() if k not in
+                          ("total", "weights_stored"))
+    assert naive_sum(g) > largest_layer(g) > 0
+
+
+def test_unsupported_target_is_a_user_error():
+    with pytest.raises(LatpredError):
+        predict_memory(_residual(), "pixel4/gpu/fp16")
+    with pytest.raises(LatpredError):
+        predict_memory(_residual(), TARGET, kernels="metal")
+
+
+litert = pytest.importorskip("ai_edge_litert")
+
+
+def _runtime(graph=None, path=None):
+    from latpred.memory.measure import runtime_arena
+    from latpred.tflite import read_tflite, write_tflite
+
+    data = Path(path).read_bytes() if path else write_tflite(graph)
+    return runtime_arena(data, "builtin"), read_tflite(data)
+
+
+@pytest.mark.parametrize("make", [_residual, _conv_mean])
+def test_litert_arena_equals_the_plan_small(make):
+    reading, graph = _runtime(make())
+    plan, _ = arena_plan(graph, "builtin")
+    assert reading.arena_bytes == plan.arena_bytes
+    assert {a.tensor: a.offset for a in plan.allocs if a.tensor < len(graph.tensors)} == \
+        {t: o for t, o in reading.offsets.items() if t < len(graph.tensors)
+         and not graph.tensors[t].is_constant and t in {a.tensor for a in plan.allocs}}
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_litert_arena_equals_the_plan_converter_fixtures(path):
+    reading, graph = _runtime(path=path)
+    plan, _ = arena_plan(graph, "builtin")
+    assert reading.arena_bytes == plan.arena_bytes

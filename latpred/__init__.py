@@ -22,6 +22,7 @@ _LAZY = {
     "Prediction": ("latpred.predictors.model", "Prediction"),
     "Dataset": ("latpred.dataset", "Dataset"),
     "predict_memory": ("latpred.memory", "predict_memory"),
+    "from_torch": ("latpred.pytorch.export", "from_torch"),
 }
 
 __all__ = ["LatpredError", "Graph", "Op", "Quantization", "Tensor", *_LAZY]

@@ -352,16 +352,24 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
 def predict(predictor: str, target_name: str | None, breakdown: bool, allow_fallback: bool,
             input_shape: tuple[str, ...], models: tuple[str, ...]) -> None:
-    """Predict the latency of .tflite MODELS with a trained predictor."""
+    """Predict the latency of .tflite MODELS (or torch.export .pt2 programs, converted by
+    latpred.from_torch) with a trained predictor."""
     from latpred.predictors import LatencyModel
     from latpred.predictors.console import print_predictions
     from latpred.tflite import read_tflite
 
     model = LatencyModel.load(predictor, target=target_name)
     shapes = _input_shapes(input_shape)
-    graphs = [read_tflite(m, input_shapes=shapes) for m in models]
+    graphs = [_pt2_graph(m) if m.endswith(".pt2") else read_tflite(m, input_shapes=shapes)
+              for m in models]
     preds = model.predict_many(graphs, allow_fallback=allow_fallback)
     print_predictions(models, preds, graphs, breakdown)
+
+
+def _pt2_graph(path: str):
+    from latpred.pytorch.export import load_pt2   # imports torch: only for .pt2 files
+
+    return load_pt2(path)
 
 
 @main.command()

@@ -120,18 +120,22 @@ class LatencyModel:
                    analytical_features)
 
     # -- prediction ----------------------------------------------------------------------------
-    def predict(self, graph_or_path: Graph | str | os.PathLike, *,
-                allow_fallback: bool = False) -> Prediction:
-        """Predict one model, a Graph or a .tflite file."""
-        return self.predict_many([graph_or_path], allow_fallback=allow_fallback)[0]
+    def predict(self, graph_or_path: Graph | str | os.PathLike | Any, *,
+                allow_fallback: bool = False, example_inputs: Any = None) -> Prediction:
+        """Predict one model: a Graph, a .tflite or .pt2 file, a torch.nn.Module (with
+        `example_inputs`, converted by `latpred.from_torch`) or an ExportedProgram."""
+        return self.predict_many([graph_or_path], allow_fallback=allow_fallback,
+                                 example_inputs=example_inputs)[0]
 
-    def predict_many(self, graphs: Sequence[Graph | str | os.PathLike], *,
-                     allow_fallback: bool = False) -> list[Prediction]:
-        """Predict many models with one regressor call per kernel type."""
+    def predict_many(self, graphs: Sequence[Graph | str | os.PathLike | Any], *,
+                     allow_fallback: bool = False, example_inputs: Any = None
+                     ) -> list[Prediction]:
+        """Predict many models with one regressor call per kernel type (modules are converted
+        with the same `example_inputs`)."""
         from latpred.deduce import deduce
 
         target = self._target()
-        graphs = [_as_graph(g) for g in graphs]
+        graphs = [_as_graph(g, example_inputs) for g in graphs]
         kernels = [tuple(deduce(g, target)) for g in graphs]
         return self.predict_kernels(graphs, kernels, allow_fallback=allow_fallback)
 
@@ -194,9 +198,14 @@ class LatencyModel:
         return load_model(directory, target)
 
 
-def _as_graph(g: Graph | str | os.PathLike) -> Graph:
+def _as_graph(g: Graph | str | os.PathLike | Any, example_inputs: Any = None) -> Graph:
     if isinstance(g, Graph):
         return g
+    if not isinstance(g, (str, os.PathLike)) or os.fspath(g).endswith(".pt2"):
+        from latpred.pytorch.export import as_graph, load_pt2  # torch only when asked for
+
+        return load_pt2(os.fspath(g)) if isinstance(g, (str, os.PathLike)) else \
+            as_graph(g, example_inputs)
     from latpred.tflite import read_tflite
 
     return read_tflite(g)

@@ -48,8 +48,10 @@ def score(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         pb = predict_memory(g, TARGET, "builtin")
         px = predict_memory(g, TARGET, "xnnpack", model_bytes=int(row["file_bytes"]))
         measured = int(row["rss_delta"]) + base
+        n_xnn = sum(r.runs_on == "xnnpack" for r in px.ops)
         recs.append({"model_id": row["model_id"], "source": row["source"],
-                     "n_ops": row["n_ops"], "measured": measured,
+                     "n_ops": row["n_ops"], "n_xnn_ops": n_xnn,
+                     "n_tensors": len(g.tensors), "measured": measured,
                      "arena_builtin": row["arena_builtin"], "pred_arena_builtin": pb.arena,
                      "arena_xnnpack": row["arena_xnnpack"], "pred_arena_xnnpack": px.arena,
                      "pred_total": px.total, "pred_no_overhead": px.total - px.overhead,
@@ -86,14 +88,37 @@ def score(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return r, figures
 
 
+def fit_overhead(r: pd.DataFrame) -> dict:
+    """Least squares of what the breakdown leaves unexplained on per-op / per-tensor counts,
+    fitted on every other model (sorted by id) and scored on the rest."""
+    r = r.sort_values("model_id").reset_index(drop=True)
+    X = np.stack([r["n_xnn_ops"], r["n_ops"] - r["n_xnn_ops"], r["n_tensors"]], 1).astype(float)
+    y = (r["measured"] - r["pred_no_overhead"]).to_numpy(float)
+    train = np.arange(len(r)) % 2 == 0
+    coef, *_ = np.linalg.lstsq(X[train], y[train], rcond=None)
+    coef = np.maximum(coef, 0)
+    pred = r["pred_no_overhead"].to_numpy(float) + X @ coef
+    ape = np.abs(pred - r["measured"]) / r["measured"] * 100
+    full, *_ = np.linalg.lstsq(X, y, rcond=None)
+    return {"per_xnnpack_op": float(coef[0]), "per_builtin_op": float(coef[1]),
+            "per_tensor": float(coef[2]), "full_fit": [float(v) for v in np.maximum(full, 0)],
+            "held_out_within_5pct": float((ape[~train] <= 5).mean() * 100),
+            "held_out_mdape": float(np.median(ape[~train])),
+            "train_within_5pct": float((ape[train] <= 5).mean() * 100)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="datasets/host-cpu-memory")
     ap.add_argument("--json", default=None, help="Write the figures here.")
     ap.add_argument("--rows", default=None, help="Write per-model rows (CSV) here.")
+    ap.add_argument("--fit", action="store_true",
+                    help="Also fit the per-op/per-tensor overhead (held-out half scored).")
     args = ap.parse_args()
     df = pd.read_parquet(Path(args.data) / "models.parquet")
     rows, figures = score(df)
+    if args.fit:
+        figures["overhead_fit"] = fit_overhead(rows)
     print(json.dumps(figures, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))

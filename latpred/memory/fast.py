@@ -14,7 +14,7 @@ import numpy as np
 
 from latpred.graph import Graph
 from latpred.memory import xnnpack
-from latpred.memory.host_cpu import OVERHEAD_PER_OP, OVERHEAD_PER_TENSOR, estimate_model_bytes
+from latpred.memory.host_cpu import estimate_model_bytes, overhead
 from latpred.memory.litert_builtin import builtin_input
 from latpred.memory.litert_plan import plan
 
@@ -23,17 +23,17 @@ def memory_total(graph: Graph, kernels: str = "xnnpack") -> int:
     """`predict_memory(graph, host target, kernels).total` without building the per-op rows."""
     if kernels == "builtin":
         ap = plan(builtin_input(graph), stats=False)
-        extra = 0
+        extra = overhead(0, len(graph.ops), len(graph.tensors))
     else:
         layout = xnnpack.delegated_input(graph)
         ap = plan(layout.plan_input, stats=False)
-        extra = xnnpack.workspace_bytes(graph, layout)
+        n = len(layout.delegated_ops)
+        extra = xnnpack.workspace_bytes(graph, layout) + overhead(n, len(graph.ops) - n,
+                                                                   len(graph.tensors))
         for i in layout.delegated_ops:
             op = graph.ops[i]
             extra += xnnpack.packed_weights(graph, op) + xnnpack.indirection_bytes(graph, op)
-    return (estimate_model_bytes(graph) + ap.arena_bytes + ap.persistent_bytes + extra
-            + OVERHEAD_PER_OP.get(kernels, 0) * len(graph.ops)
-            + OVERHEAD_PER_TENSOR * len(graph.tensors))
+    return estimate_model_bytes(graph) + ap.arena_bytes + ap.persistent_bytes + extra
 
 
 def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",

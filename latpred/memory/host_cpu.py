@@ -7,7 +7,7 @@ peak memory as the sum of what the runtime allocates before the first run and ho
   execution plan the delegate leaves (one node per partition, `xnnpack.delegated_input`).
 - XNNPACK: packed weights, indirection buffers, the shared workspace (`xnnpack.py`).
 - `overhead`: per-op and per-tensor structures (TfLiteTensor/TfLiteNode, XNNPACK operator
-  objects, the flatbuffer's tables); `OVERHEAD_PER_OP`/`OVERHEAD_PER_TENSOR` are fitted on
+  objects, the flatbuffer's tables); `OVERHEAD_PER_*` are fitted on
   `datasets/host-cpu-memory` (see docs/memory.md), the only fitted numbers here.
 """
 
@@ -22,8 +22,15 @@ from latpred.memory.prediction import MemoryPrediction, OpMemory
 from latpred.memory import xnnpack
 
 KERNELS = ("xnnpack", "builtin")
-OVERHEAD_PER_OP = {"xnnpack": 0, "builtin": 0}
+OVERHEAD_PER_XNNPACK_OP = 0
+OVERHEAD_PER_BUILTIN_OP = 0
 OVERHEAD_PER_TENSOR = 0
+
+
+def overhead(n_xnnpack_ops: int, n_builtin_ops: int, n_tensors: int) -> int:
+    """The fitted per-op / per-tensor runtime structures (bytes)."""
+    return int(OVERHEAD_PER_XNNPACK_OP * n_xnnpack_ops + OVERHEAD_PER_BUILTIN_OP *
+               n_builtin_ops + OVERHEAD_PER_TENSOR * n_tensors)
 # Estimated flatbuffer bytes around the weights when the file itself is not given: each
 # buffer 16-aligned plus its table, ~100 bytes per tensor table (shape, name, quantization),
 # ~60 per operator, ~1 KB of model tables and metadata.
@@ -79,11 +86,10 @@ def predict_host_cpu(graph: Graph, target: str, kernels: str = "xnnpack",
             temp_bytes[k] if not on_xnn else 0, sets))
     workspace = xnnpack.workspace_bytes(graph, layout) if layout else 0
     stored = sum(t.nbytes for t in graph.tensors if t.is_constant)
-    overhead = (OVERHEAD_PER_OP[kernels] * len(graph.ops)
-                + OVERHEAD_PER_TENSOR * len(graph.tensors))
+    extra = overhead(len(delegated), len(graph.ops) - len(delegated), len(graph.tensors))
     return MemoryPrediction(
         target=target, kernels=kernels, weights_stored=stored,
         model_bytes=model_bytes if model_bytes is not None else estimate_model_bytes(graph),
         weights_packed=packed_total, arena=ap.arena_bytes,
         persistent_arena=ap.persistent_bytes, workspace=workspace, indirection=ind_total,
-        overhead=overhead, peak_op=peak_op, ops=tuple(rows))
+        overhead=extra, peak_op=peak_op, ops=tuple(rows))

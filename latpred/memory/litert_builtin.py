@@ -63,19 +63,23 @@ def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
     return kinds, stops
 
 
-def temporaries(graph: Graph, op: Op) -> list[tuple[str, int, str]]:
-    """The temporaries a built-in kernel's Prepare adds: (name, bytes, allocation type)."""
+def temporaries(graph: Graph, op: Op) -> tuple[list[tuple[str, int, str]], int]:
+    """The temporaries a built-in kernel's Prepare adds, (name, bytes, allocation type) in
+    `node->temporaries` order, and how many tensor ids its Prepare takes with `AddTensors`
+    (FULLY_CONNECTED takes 6 it leaves unused unless hybrid, fully_connected.cc:729)."""
     if op.type == "CONV_2D":
         x, w = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
         out = graph.tensors[op.outputs[0]]
         if w.dtype in ("int8", "uint8") and x.dtype == "float32":
-            return []     # hybrid: not modelled (latpred writes no hybrid models)
+            return [], 0     # hybrid: not modelled (latpred writes no hybrid models)
         stride, dilation = op.attr("stride", (1, 1)), op.attr("dilation", (1, 1))
         if tuple(stride) == (1, 1) and tuple(dilation) == (1, 1) and w.shape[1:3] == (1, 1):
-            return []
+            return [], 0
         n, oh, ow = out.shape[0], out.shape[1], out.shape[2]
         depth = w.shape[1] * w.shape[2] * w.shape[3]
-        return [("im2col", n * oh * ow * depth * x.itemsize, ARENA)]
+        return [("im2col", n * oh * ow * depth * x.itemsize, ARENA)], 1
+    if op.type == "FULLY_CONNECTED":
+        return [], 6
     if op.type in _REDUCE:
         x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
         axes = graph.tensors[op.inputs[1]]
@@ -84,8 +88,25 @@ def temporaries(graph: Graph, op: Op) -> list[tuple[str, int, str]]:
         if op.type in ("MEAN", "SUM", "REDUCE_PROD"):
             _, item = _ACCUM.get(x.dtype, ("float32", 4))
             temps.append(("reduce_accum", out.size * item, ARENA))
-        return temps
-    return []
+        else:
+            temps.append(("reduce_accum", 0, ARENA))
+        temps.append(("reduce_normalized_dims", 0, DYNAMIC) if not x.is_constant else
+                     ("reduce_normalized_dims", 4 * len(x.shape), ARENA))
+        return temps, 4
+    return [], 0
+
+
+def add_temporaries(graph: Graph, i: int, next_id: int, sizes: dict[int, int],
+                    kinds: dict[int, str], names: dict[int, str]) -> tuple[tuple[int, ...], int]:
+    """Give op `i`'s temporaries the tensor ids LiteRT gives them (ids are handed out in
+    Prepare order from the graph's tensor count on); returns them and the next free id."""
+    temps, used = temporaries(graph, graph.ops[i])
+    ids = []
+    for k, (name, nbytes, kind) in enumerate(temps):
+        t = next_id + k
+        sizes[t], kinds[t], names[t] = nbytes, kind, f"{graph.ops[i].type}:{name}"
+        ids.append(t)
+    return tuple(ids), next_id + used
 
 
 def builtin_input(graph: Graph) -> PlanInput:
@@ -96,12 +117,8 @@ def builtin_input(graph: Graph) -> PlanInput:
     nodes = []
     next_id = len(graph.tensors)
     for i, op in enumerate(graph.ops):
-        temps = []
-        for name, nbytes, kind in temporaries(graph, op):
-            sizes[next_id], kinds[next_id], names[next_id] = nbytes, kind, f"{op.type}:{name}"
-            temps.append(next_id)
-            next_id += 1
-        nodes.append(PlanNode(op.inputs, op.outputs, (i,), op.type, tuple(temps),
+        temps, next_id = add_temporaries(graph, i, next_id, sizes, kinds, names)
+        nodes.append(PlanNode(op.inputs, op.outputs, (i,), op.type, temps,
                               INPLACE.get(op.type, 0), i in stops))
     return PlanInput(tuple(nodes), sizes, kinds, plan_kinds(kinds, nodes, stops), graph.inputs,
                      graph.outputs, names)

@@ -185,7 +185,7 @@ def plan(p: PlanInput, stats: bool = True) -> ArenaPlan:
     pallocs: dict[int, Alloc] = {}
     chunks = _chunks(p.nodes)
     for c, (lo, hi) in enumerate(chunks):
-        todo = list(dict.fromkeys(t for i in range(lo, hi + 1) for t in node_tensors[i]))
+        todo = [t for i in range(lo, hi + 1) for t in node_tensors[i]]
         todo = [t for t in todo if p.kinds.get(t) in (ARENA, PERSISTENT_ARENA)
                 and p.sizes[t] > 0 and t not in allocs]
         if not todo:
@@ -195,7 +195,7 @@ def plan(p: PlanInput, stats: bool = True) -> ArenaPlan:
         else:
             arena.purge_before(lo)
         last = {t: dealloc_node.get(t, NEVER) for t in todo}
-        for t in allocation_order(todo, p.sizes, alloc_node, last):
+        for t in _order(todo, lo, hi, node_tensors, p.sizes, alloc_node, last):
             root = shared.get(t)
             if root is not None and p.kinds.get(root) == ARENA and p.sizes[root] == p.sizes[t]:
                 continue
@@ -211,6 +211,36 @@ def plan(p: PlanInput, stats: bool = True) -> ArenaPlan:
     return ArenaPlan(arena.high_water_mark, persistent.high_water_mark,
                      tuple(allocs.values()), tuple(pallocs.values()), shared, tuple(extent),
                      tuple(live), tuple(chunks))
+
+
+def _order(todo: list[int], lo: int, hi: int, node_tensors: list[list[int]],
+           sizes: dict[int, int], first: dict[int, int], last: dict[int, int]) -> list[int]:
+    """`CreateTensorAllocationVector`'s order. Without ties (equal size and allocation node)
+    any correct sort gives it; with ties, libstdc++'s: each node's `unordered_set` iteration
+    order, concatenated (`GetTensorsToAllocate`), then `std::sort` (`stdsort.py`)."""
+    order = allocation_order(todo, sizes, first, last)
+    keys = [(sizes[t], first[t]) for t in order if not (first[t] == 0 and last[t] == NEVER)]
+    if len(set(keys)) == len(keys):
+        return order
+    from latpred.memory.stdsort import std_sort, unordered_set_order
+
+    wanted = set(todo)
+    seq = [t for i in range(lo, hi + 1) for t in unordered_set_order(node_tensors[i])
+           if t in wanted]
+
+    def whole(t: int) -> bool:
+        return first[t] == 0 and last[t] == NEVER
+
+    def less(a: int, b: int) -> bool:
+        if whole(a):
+            return a < b if whole(b) else True
+        if whole(b):
+            return False
+        if sizes[a] != sizes[b]:
+            return sizes[a] > sizes[b]
+        return first[a] < first[b]
+
+    return std_sort(seq, less)
 
 
 def _chunks(nodes: tuple[PlanNode, ...]) -> list[tuple[int, int]]:

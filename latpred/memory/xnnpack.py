@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from latpred.graph import Graph, Op
 from latpred.memory.arena import align_up
-from latpred.memory.litert_builtin import tensor_kinds, temporaries
+from latpred.memory.litert_builtin import add_temporaries, tensor_kinds
 from latpred.memory.litert_plan import INPLACE, MMAP, PlanInput, PlanNode, plan_kinds
 
 EXTRA_BYTES, ALIGNMENT = 16, 64
@@ -120,13 +120,8 @@ def delegated_input(graph: Graph) -> XnnpackLayout:
         if not is_xnn:
             for i in ops:
                 op = graph.ops[i]
-                temps = []
-                for name, nbytes, kind in temporaries(graph, op):
-                    sizes[next_id], kinds[next_id] = nbytes, kind
-                    names[next_id] = f"{op.type}:{name}"
-                    temps.append(next_id)
-                    next_id += 1
-                nodes.append(PlanNode(op.inputs, op.outputs, (i,), op.type, tuple(temps),
+                temps, next_id = add_temporaries(graph, i, next_id, sizes, kinds, names)
+                nodes.append(PlanNode(op.inputs, op.outputs, (i,), op.type, temps,
                                       INPLACE.get(op.type, 0), i in stops))
             continue
         delegated.update(ops)
@@ -134,9 +129,11 @@ def delegated_input(graph: Graph) -> XnnpackLayout:
         produced = [t for i in ops for t in graph.ops[i].outputs]
         read_outside = {t for j, op in enumerate(graph.ops) if j not in inside
                         for t in op.inputs}
-        outs = tuple(t for t in produced if t in read_outside or t in outputs)
-        ins = tuple(dict.fromkeys(t for i in ops for t in graph.ops[i].inputs
-                                  if t >= 0 and t not in set(produced)))
+        # Uniquefy: a NodeSubset's input and output lists are sorted (tflite/graph_info.cc:150)
+        made = set(produced)
+        outs = tuple(sorted({t for t in produced if t in read_outside or t in outputs}))
+        ins = tuple(sorted({t for i in ops for t in graph.ops[i].inputs
+                            if t >= 0 and t not in made}))
         internal.append(tuple(t for t in produced if t not in set(outs)))
         nodes.append(PlanNode(ins, outs, tuple(ops), "XNNPACK"))
     pk = plan_kinds(kinds, nodes, {k for k, n in enumerate(nodes) if n.ends_chunk})
@@ -158,18 +155,35 @@ def workspace_bytes(graph: Graph, layout: XnnpackLayout) -> int:
     return best + 2 * EXTRA_BYTES if best else 0
 
 
+def _fused_pads(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> dict[int, int]:
+    """PAD outputs XNNPACK folds into the convolution that reads them (src/subgraph.c
+    `xnn_subgraph_fusion`: a static zero pad of H and W before a convolution becomes the
+    convolution's padding): pad output -> pad input."""
+    fused = {}
+    for i in ops:
+        op = graph.ops[i]
+        if op.type not in ("PAD", "PADV2") or op.outputs[0] not in inside:
+            continue
+        readers = graph.consumers_of(op.outputs[0])
+        if len(readers) == 1 and graph.ops[readers[0]].type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            fused[op.outputs[0]] = op.inputs[0]
+    return fused
+
+
 def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> int:
+    fused = _fused_pads(graph, ops, inside)
+    inside = inside - set(fused)
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     consumers: dict[int, int] = {}
     for n, i in enumerate(ops):
         op = graph.ops[i]
-        for t in (*op.inputs, *op.outputs):
+        for t in (*(fused.get(t, t) for t in op.inputs), *op.outputs):
             if t in inside:
                 first.setdefault(t, n)
                 last[t] = n
         for t in op.inputs:
-            consumers[t] = consumers.get(t, 0) + 1
+            consumers[fused.get(t, t)] = consumers.get(fused.get(t, t), 0) + 1
     reuse: dict[int, int] = {}
     for n, i in enumerate(ops):
         op = graph.ops[i]

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -30,14 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from latpred.builder import GraphBuilder  # noqa: E402
-from latpred.memory.measure import baseline_rss, peak_rss, runtime_arena  # noqa: E402
+from latpred.memory.measure import baseline_rss, peak_rss  # noqa: E402
 from latpred.tflite import read_tflite, write_tflite  # noqa: E402
 
 
 def _models(models: Path, n_syn: int, n_conv: int, zoo: bool, seed: int) -> list[dict]:
     from latpred.sampler import load_space, write_samples
 
-    out = []
+    out = [{"path": p, "source": "corpus", "arch": ""}
+           for p in sorted((ROOT / "tests" / "fixtures" / "corpus").glob("*.tflite"))]
     for space, n, tag in (("synthetic_cnn", n_syn, "synthetic"), ("converter_cnn", n_conv,
                                                                     "converter")):
         d = models / tag
@@ -52,8 +51,6 @@ def _models(models: Path, n_syn: int, n_conv: int, zoo: bool, seed: int) -> list
             write_models(d, precision="fp32", seed=seed)
         for p in sorted(d.glob("*.tflite")):
             out.append({"path": p, "source": "zoo", "arch": p.with_suffix(".json").read_text()})
-    for p in sorted((ROOT / "tests" / "fixtures" / "corpus").glob("*.tflite")):
-        out.append({"path": p, "source": "corpus", "arch": ""})
     return out
 
 
@@ -75,6 +72,8 @@ def _arena(path: Path, kernels: str) -> tuple[int, int]:
     out = subprocess.run([sys.executable, "-c", code, str(path), kernels], capture_output=True,
                          text=True, timeout=300, cwd=ROOT)
     if out.returncode != 0:
+        print(f"  arena reading failed ({kernels}): "
+              f"{(out.stderr.strip().splitlines() or ['?'])[-1]}", flush=True)
         return -1, -1
     return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 

@@ -57,17 +57,19 @@ def test_residual_plan_by_hand():
 
 def test_conv_mean_plan_by_hand():
     # im2col [1,8,8,36] float = 9216 B at 1024 (after x), the conv output after it at 10240:
-    # 11264 B. MEAN's output (16 B) and temporaries (16, 16, 8 B) fill the gap im2col left,
-    # 64-aligned: 1024, 1088, 1152, 1216.
+    # 11264 B. MEAN's output and its accumulator tie (16 B, node 1): libstdc++'s unordered_set
+    # of node 1 iterates its temporaries (ids 7-10, newest first) before the output (5), and
+    # std::sort (insertion sort below 17 elements) keeps that order: accumulator 1024, index
+    # 1088, output 1152, then the 8 B axis 1216 (64-aligned gaps left by im2col).
     plan, p = arena_plan(_conv_mean(), "builtin")
     assert plan.arena_bytes == 11264
     temps = p.nodes[0].temporaries
     assert len(temps) == 1 and p.sizes[temps[0]] == 9216
-    assert [p.sizes[t] for t in p.nodes[1].temporaries] == [16, 8, 16]
-    offsets = {a.tensor: a.offset for a in plan.allocs}
     mean_temps = p.nodes[1].temporaries
-    assert offsets[p.nodes[1].outputs[0]] == 1024
-    assert [offsets[t] for t in mean_temps] == [1088, 1216, 1152]
+    assert [p.sizes[t] for t in mean_temps] == [16, 8, 16, 0]   # the last one is dynamic
+    offsets = {a.tensor: a.offset for a in plan.allocs}
+    assert offsets[p.nodes[1].outputs[0]] == 1152
+    assert [offsets[t] for t in mean_temps[:3]] == [1088, 1216, 1024]
     assert plan.peak_node == 0
 
 
@@ -80,6 +82,20 @@ def test_arena_best_fit_quirk():
     # b is dead at node 1: its 64 B gap (offset 128) takes a 64 B tensor, not the end.
     assert arena.allocate(3, 64, 1, 2).offset == 128
     assert arena.allocate(4, 65, 1, 2).offset == 320
+
+
+def test_libstdcxx_orders():
+    from latpred.memory.stdsort import std_sort, unordered_set_order
+
+    assert unordered_set_order([5, 7, 8, 9, 10]) == [10, 9, 8, 7, 5]
+    # 14 and 27 share 1's bucket (13 buckets): each goes to the start of the bucket's run.
+    assert unordered_set_order([1, 14, 2, 27]) == [2, 27, 14, 1]
+    values = [(v * 7919) % 101 for v in range(60)]
+    assert std_sort(values, lambda a, b: a < b) == sorted(values)
+    # Not stable: equal keys of a 40-element introsort come out permuted.
+    pairs = [(v % 3, i) for i, v in enumerate(values[:40])]
+    out = std_sort(pairs, lambda a, b: a[0] < b[0])
+    assert [k for k, _ in out] == sorted(k for k, _ in pairs)
 
 
 def test_xnnpack_gap_search():

@@ -20,7 +20,8 @@ def memory_report(pred: MemoryPrediction) -> dict[str, Any]:
                      "output_bytes": r.output_bytes, "weight_bytes": r.weight_bytes,
                      "arena_live": r.arena_live, "arena_extent": r.arena_extent,
                      "packed_weights": r.packed_weights, "indirection": r.indirection,
-                     "temporaries": r.temporaries, "sets_peak": r.sets_peak}
+                     "temporaries": r.temporaries, "workspace_extent": r.workspace_extent,
+                     "sets_peak": r.sets_peak}
                     for r in pred.ops]}
 
 
@@ -40,17 +41,17 @@ def print_memory(name: str, pred: MemoryPrediction, graph: Graph | None = None,
                   f"overhead {_mb(b['overhead'])}")
     if pred.peak_op >= 0:
         op = pred.ops[pred.peak_op]
-        console.print(f"The arena peaks at op {op.index} ({op.type}): "
-                      f"{_mb(op.arena_extent)} MB in use.")
+        console.print(f"Activation memory peaks at op {op.index} ({op.type}): arena "
+                      f"{_mb(op.arena_extent)} MB + workspace {_mb(op.workspace_extent)} MB.")
     if not per_op:
         return
     table = Table(title=f"memory per op ({pred.kernels})")
     for col in ("#", "op", "runs on", "out KB", "arena live KB", "arena extent KB",
-                "packed KB", "indir. KB", "temp KB", "peak"):
+                "workspace KB", "packed KB", "indir. KB", "temp KB", "peak"):
         table.add_column(col, justify="left" if col in ("op", "runs on") else "right")
     for r in pred.ops:
         table.add_row(str(r.index), r.type, r.runs_on, f"{r.output_bytes / 1e3:.1f}",
                       f"{r.arena_live / 1e3:.1f}", f"{r.arena_extent / 1e3:.1f}",
-                      f"{r.packed_weights / 1e3:.1f}", f"{r.indirection / 1e3:.1f}",
+                      f"{r.workspace_extent / 1e3:.1f}", f"{r.packed_weights / 1e3:.1f}", f"{r.indirection / 1e3:.1f}",
                       f"{r.temporaries / 1e3:.1f}", "<- peak" if r.sets_peak else "")
     console.print(table)

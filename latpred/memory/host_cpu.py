@@ -13,6 +13,8 @@ peak memory as the sum of what the runtime allocates before the first run and ho
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from latpred.errors import UnsupportedModelError
 from latpred.graph import Graph
 from latpred.memory.arena import align_up
@@ -63,10 +65,10 @@ def predict_host_cpu(graph: Graph, target: str, kernels: str = "xnnpack",
     p = layout.plan_input if layout else builtin_input(graph)
     ap = plan(p)
     delegated = layout.delegated_ops if layout else frozenset()
+    workspace, ws_extent = xnnpack.workspace_plan(graph, layout) if layout else (0, {})
     node_of = {i: k for k, node in enumerate(p.nodes) for i in node.ops}
     temp_bytes = {k: sum(p.sizes[t] for t in node.temporaries) for k, node in enumerate(p.nodes)}
-    peak_node = ap.peak_node
-    rows, packed_total, ind_total, peak_op = [], 0, 0, -1
+    rows, packed_total, ind_total = [], 0, 0
     for i, op in enumerate(graph.ops):
         on_xnn = i in delegated
         packed = xnnpack.packed_weights(graph, op) if on_xnn else 0
@@ -74,17 +76,17 @@ def predict_host_cpu(graph: Graph, target: str, kernels: str = "xnnpack",
         packed_total += packed
         ind_total += ind
         k = node_of[i]
-        sets = k == peak_node and peak_op < 0
-        if sets:
-            peak_op = i
         rows.append(OpMemory(
             i, op.type, "xnnpack" if on_xnn else "builtin",
             sum(graph.tensors[t].nbytes for t in op.outputs if t >= 0),
             sum(graph.tensors[t].nbytes for t in op.inputs if t >= 0 and
                 graph.tensors[t].is_constant),
             ap.node_live[k], ap.node_extent[k], packed, ind,
-            temp_bytes[k] if not on_xnn else 0, sets))
-    workspace = xnnpack.workspace_bytes(graph, layout) if layout else 0
+            temp_bytes[k] if not on_xnn else 0, ws_extent.get(i, 0)))
+    activ = [r.arena_extent + r.workspace_extent for r in rows]
+    peak_op = activ.index(max(activ)) if activ and max(activ) > 0 else -1
+    if peak_op >= 0:
+        rows[peak_op] = replace(rows[peak_op], sets_peak=True)
     stored = sum(t.nbytes for t in graph.tensors if t.is_constant)
     extra = overhead(len(delegated), len(graph.ops) - len(delegated), len(graph.tensors))
     return MemoryPrediction(

@@ -12,9 +12,11 @@ class OpMemory:
 
     `runs_on`: "xnnpack" or "builtin". `output_bytes`: its outputs' sizes. `arena_live`:
     TFLite arena bytes live while it runs (for a delegated op: while its partition runs);
-    `arena_extent`: the highest arena byte in use then; `sets_peak`: the arena reaches its
-    high-water mark here (first such op). `packed_weights`, `indirection`: XNNPACK's per-op
-    buffers; `temporaries`: TFLite kernel temporaries (im2col, reduce scratch) in the arena.
+    `arena_extent`: the highest arena byte in use then. `workspace_extent`: for an op XNNPACK
+    runs, the highest byte of its partition's workspace plan in use while it runs.
+    `sets_peak`: activation memory (arena extent + workspace extent) is highest here (the
+    first such op). `packed_weights`, `indirection`: XNNPACK's per-op buffers;
+    `temporaries`: TFLite kernel temporaries (im2col, reduce scratch) in the arena.
     """
 
     index: int
@@ -27,6 +29,7 @@ class OpMemory:
     packed_weights: int = 0
     indirection: int = 0
     temporaries: int = 0
+    workspace_extent: int = 0
     sets_peak: bool = False
 
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 from latpred.graph import Graph, Op
 from latpred.memory.arena import align_up
-from latpred.memory.litert_builtin import add_temporaries, tensor_kinds
-from latpred.memory.litert_plan import INPLACE, MMAP, PlanInput, PlanNode, plan_kinds
+from latpred.memory.litert_builtin import builtin_input
+from latpred.memory.litert_plan import MMAP, PlanInput, PlanNode, plan_kinds
 
 EXTRA_BYTES, ALIGNMENT = 16, 64
 GEMM_NR, GEMM_MR = 16, 6
@@ -55,7 +55,7 @@ _STATIC = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1
            "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "REDUCE_MIN": (1,), "PAD": (1,),
            "PADV2": (1, 2), "RESHAPE": (1,), "TRANSPOSE": (1,), "STRIDED_SLICE": (1, 2, 3),
            "SLICE": (1, 2), "EXPAND_DIMS": (1,), "TRANSPOSE_CONV": (0, 1)}
-_IN_PLACE = _ELEMENTWISE | {"SOFTMAX", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CONCATENATION"}
+_IN_PLACE = _ELEMENTWISE | {"SOFTMAX", "RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 
 
 def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
@@ -73,26 +73,35 @@ def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
 
 
 def partitions(graph: Graph, kinds: dict[int, str]) -> list[tuple[bool, list[int]]]:
-    """(delegated, op indices) subsets in execution order, as TFLite's
-    `PartitionGraphIntoIndependentNodeSubsets` forms them (tflite/graph_info.cc): keep adding
-    ready ops of the current kind, in index order, before switching kind."""
+    """(delegated, op indices) subsets in execution order, as TFLite's greedy
+    `PartitionGraphIntoIndependentNodeSubsets` forms them (tflite/graph_info.cc
+    `BuildNodeSubset`): the subset takes the kind of the lowest ready op and keeps every op of
+    that kind that becomes ready, before the next subset starts."""
+    import heapq
+
     sup = [supported(graph, op, kinds) for op in graph.ops]
     producers = graph.producers
-    deps = [{producers[t] for t in op.inputs if t >= 0 and t in producers} for op in graph.ops]
-    done: set[int] = set()
+    waiting = [len({producers[t] for t in op.inputs if t >= 0 and t in producers})
+               for op in graph.ops]
+    readers: dict[int, list[int]] = {}
+    for j, op in enumerate(graph.ops):
+        for i in {producers[t] for t in op.inputs if t >= 0 and t in producers}:
+            readers.setdefault(i, []).append(j)
+    ready: dict[bool, list[int]] = {True: [], False: []}
+    for i, n in enumerate(waiting):
+        if n == 0:
+            ready[sup[i]].append(i)
     out: list[tuple[bool, list[int]]] = []
-    remaining = list(range(len(graph.ops)))
-    while remaining:
-        ready = [i for i in remaining if deps[i] <= done]
-        kind = sup[ready[0]]
-        subset: list[int] = []
-        while True:
-            batch = [i for i in remaining if sup[i] == kind and deps[i] <= done]
-            if not batch:
-                break
-            subset.extend(batch)
-            done.update(batch)
-            remaining = [i for i in remaining if i not in done]
+    while ready[True] or ready[False]:
+        kind = min((h[0], k) for k, h in ready.items() if h)[1]
+        heap, subset = ready[kind], []
+        while heap:
+            i = heapq.heappop(heap)
+            subset.append(i)
+            for j in readers.get(i, ()):
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready[sup[j]], j)
         out.append((kind, sorted(subset)))
     return out
 
@@ -107,38 +116,43 @@ class XnnpackLayout:
 
 
 def delegated_input(graph: Graph) -> XnnpackLayout:
-    """The TFLite execution plan after the delegate replaced its partitions (one node each)."""
-    kinds, stops = tensor_kinds(graph)
-    sizes = {i: t.nbytes for i, t in enumerate(graph.tensors)}
-    names: dict[int, str] = {}
+    """The TFLite execution plan after the delegate replaced its partitions (one node each).
+
+    tflite/core/subgraph.cc `ModifyGraphWithDelegateImpl` (v2.2.0, :2535): a delegate without
+    kTfLiteDelegateFlagsAllowDynamicTensors (XNNPACK's default flags, xnnpack_delegate.cc:877)
+    has every original op prepared first, so each built-in kernel takes its tensor ids as
+    without a delegate; if an output is then dynamic or of unknown shape (the converter's
+    RESHAPE to a computed shape) the delegate is refused (kTfLiteApplicationError, "Attempting
+    to use a delegate that only supports static-sized tensors") and the model runs on the
+    built-in kernels: then this is the built-in plan with nothing delegated.
+    """
+    base = builtin_input(graph)
+    if any(n.ends_chunk for n in base.nodes):
+        return XnnpackLayout(base, frozenset(), ())
+    kinds = base.kinds
     nodes: list[PlanNode] = []
     internal: list[tuple[int, ...]] = []
     delegated: set[int] = set()
     outputs = set(graph.outputs)
-    next_id = len(graph.tensors)
     for is_xnn, ops in partitions(graph, kinds):
         if not is_xnn:
-            for i in ops:
-                op = graph.ops[i]
-                temps, next_id = add_temporaries(graph, i, next_id, sizes, kinds, names)
-                nodes.append(PlanNode(op.inputs, op.outputs, (i,), op.type, temps,
-                                      INPLACE.get(op.type, 0), i in stops))
+            nodes.extend(base.nodes[i] for i in ops)
             continue
         delegated.update(ops)
         inside = set(ops)
         produced = [t for i in ops for t in graph.ops[i].outputs]
-        read_outside = {t for j, op in enumerate(graph.ops) if j not in inside
-                        for t in op.inputs}
         # Uniquefy: a NodeSubset's input and output lists are sorted (tflite/graph_info.cc:150)
         made = set(produced)
-        outs = tuple(sorted({t for t in produced if t in read_outside or t in outputs}))
+        outs = tuple(sorted({t for t in produced if t in outputs or
+                             any(j not in inside for j in graph.consumers_of(t))}))
         ins = tuple(sorted({t for i in ops for t in graph.ops[i].inputs
                             if t >= 0 and t not in made}))
-        internal.append(tuple(t for t in produced if t not in set(outs)))
+        internal.append(tuple(t for t in produced if t not in outs))
         nodes.append(PlanNode(ins, outs, tuple(ops), "XNNPACK"))
-    pk = plan_kinds(kinds, nodes, {k for k, n in enumerate(nodes) if n.ends_chunk})
-    return XnnpackLayout(PlanInput(tuple(nodes), sizes, kinds, pk, graph.inputs, graph.outputs,
-                                   names), frozenset(delegated), tuple(internal))
+    pk = plan_kinds(kinds, nodes, set())
+    return XnnpackLayout(PlanInput(tuple(nodes), base.sizes, kinds, pk, graph.inputs,
+                                   graph.outputs, base.names), frozenset(delegated),
+                         tuple(internal))
 
 
 def rounded(nbytes: int) -> int:
@@ -148,11 +162,19 @@ def rounded(nbytes: int) -> int:
 
 def workspace_bytes(graph: Graph, layout: XnnpackLayout) -> int:
     """The shared XNNPACK workspace: the largest partition plan + 2 * XNN_EXTRA_BYTES."""
-    best = 0
+    return workspace_plan(graph, layout, False)[0]
+
+
+def workspace_plan(graph: Graph, layout: XnnpackLayout,
+                   with_extent: bool = True) -> tuple[int, dict[int, int]]:
+    """The workspace size and the workspace extent per delegated op."""
+    best, extent = 0, {}
     partition_ops = [n.ops for n in layout.plan_input.nodes if n.label == "XNNPACK"]
     for ops, inside in zip(partition_ops, layout.internal):
-        best = max(best, _partition_plan(graph, ops, set(inside)))
-    return best + 2 * EXTRA_BYTES if best else 0
+        size, ext = _partition_plan(graph, ops, set(inside), with_extent)
+        best = max(best, size)
+        extent.update(ext)
+    return (best + 2 * EXTRA_BYTES if best else 0), extent
 
 
 def _fused_pads(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> dict[int, int]:
@@ -170,7 +192,10 @@ def _fused_pads(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> dict[in
     return fused
 
 
-def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> int:
+def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int],
+                    with_extent: bool = False) -> tuple[int, dict[int, int]]:
+    """XNNPACK's plan of one partition's workspace: its size and, with `with_extent`, the
+    highest workspace byte in use while each op runs (graph op index -> bytes)."""
     fused = _fused_pads(graph, ops, inside)
     inside = inside - set(fused)
     first: dict[int, int] = {}
@@ -200,7 +225,9 @@ def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> int
                 reuse[out] = root
                 last[root] = max(last[root], last[out])
                 break
-    values = sorted((t for t in inside if t not in reuse and graph.tensors[t].nbytes),
+    # Values are added in id order (the delegate defines them by tensor index) and sorted by
+    # size; ties keep id order (glibc's merge-sort qsort is stable).
+    values = sorted((t for t in sorted(inside) if t not in reuse and graph.tensors[t].nbytes),
                     key=lambda t: -rounded(graph.tensors[t].nbytes))
     placed: list[tuple[int, int, int, int]] = []      # (start, end, first, last)
     size = 0
@@ -210,7 +237,9 @@ def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> int
         offset = _find_offset(blocks, need)
         placed.append((offset, offset + need, first[t], last[t]))
         size = max(size, offset + need)
-    return size
+    extent = {ops[n]: max((e for s, e, f, l in placed if f <= n <= l), default=0)
+              for n in range(len(ops))} if with_extent else {}
+    return size, extent
 
 
 def _find_offset(blocks: list[tuple[int, int]], need: int) -> int:

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from latpred.builder import GraphBuilder  # noqa: E402
 from latpred.memory import largest_layer, naive_sum, predict_memory  # noqa: E402
+from latpred.memory.host_cpu import estimate_model_bytes  # noqa: E402
 from latpred.sampler import build_graph  # noqa: E402
 from latpred.tflite import read_tflite  # noqa: E402
 
@@ -55,12 +56,15 @@ def score(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
                      "arena_builtin": row["arena_builtin"], "pred_arena_builtin": pb.arena,
                      "arena_xnnpack": row["arena_xnnpack"], "pred_arena_xnnpack": px.arena,
                      "pred_total": px.total, "pred_no_overhead": px.total - px.overhead,
+                     "file_bytes": int(row["file_bytes"]), "est_file": estimate_model_bytes(g),
+                     "pred_total_no_file": px.total - px.model_bytes + estimate_model_bytes(g),
                      "naive": naive_sum(g), "largest": largest_layer(g),
                      **{f"part_{k}": v for k, v in px.breakdown().items()}})
     r = pd.DataFrame(recs)
     ape = lambda col: (r[col] - r["measured"]).abs() / r["measured"] * 100  # noqa: E731
     r["ape_total"], r["ape_naive"], r["ape_largest"] = ape("pred_total"), ape("naive"), \
         ape("largest")
+    r["ape_total_no_file"] = ape("pred_total_no_file")
     ok_b = r["arena_builtin"] >= 0
     ok_x = r["arena_xnnpack"] >= 0
     figures = {
@@ -75,6 +79,10 @@ def score(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         "total_mdape": float(r["ape_total"].median()),
         "total_mape": float(r["ape_total"].mean()),
         "total_p90": float(np.percentile(r["ape_total"], 90)),
+        "total_no_file_within_5pct": float((r["ape_total_no_file"] <= 5).mean() * 100),
+        "total_no_file_mdape": float(r["ape_total_no_file"].median()),
+        "file_estimate_mdape": float(((r["est_file"] - r["file_bytes"]).abs() /
+                                      r["file_bytes"] * 100).median()),
         "naive_mdape": float(r["ape_naive"].median()),
         "largest_mdape": float(r["ape_largest"].median()),
         "naive_mape": float(r["ape_naive"].mean()),

@@ -122,6 +122,40 @@ def test_prediction_breakdown_and_peak_row():
     assert naive_sum(g) > largest_layer(g) > 0
 
 
+def test_xnnpack_partitions_around_a_builtin_op():
+    from latpred.memory.xnnpack import delegated_input
+
+    b = GraphBuilder()
+    x = b.input((1, 8, 8, 8))
+    y = b.conv2d(x, 12, 1)
+    parts = b.split_v(y, (5, 7))          # SPLIT_V stays on TFLite's kernel
+    z = b.concat([b.hard_swish(parts[0]), b.hard_swish(parts[1])])
+    b.output(b.conv2d(z, 8, 1))
+    g = b.build()
+    layout = delegated_input(g)
+    labels = [n.label for n in layout.plan_input.nodes]
+    assert labels == ["XNNPACK", "SPLIT_V", "XNNPACK"]
+    assert len(layout.delegated_ops) == len(g.ops) - 1
+    # The TFLite arena holds only what crosses partitions: x, y, the two parts, the output.
+    first = layout.plan_input.nodes[0]
+    assert first.outputs == (y,)
+
+
+def test_xnnpack_refused_on_a_run_time_shape():
+    from latpred.idioms import dynamic_reshape
+    from latpred.memory.xnnpack import delegated_input
+
+    b = GraphBuilder()
+    x = b.input((1, 8, 8, 8))
+    y = b.conv2d(x, 8, 1)
+    b.output(b.conv2d(dynamic_reshape(b, y, (1, 4, 16, 8)), 8, 1))
+    g = b.build()
+    assert not delegated_input(g).delegated_ops
+    x_pred = predict_memory(g, TARGET)
+    b_pred = predict_memory(g, TARGET, kernels="builtin")
+    assert x_pred.arena == b_pred.arena and x_pred.weights_packed == 0
+
+
 def test_unsupported_target_is_a_user_error():
     with pytest.raises(LatpredError):
         predict_memory(_residual(), "pixel4/gpu/fp16")

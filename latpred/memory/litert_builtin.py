@@ -60,10 +60,21 @@ def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
                 kinds[out] = PERSISTENT_RO
         elif op.type in _PREPARE_FOLDS and ins and all(known(t) for t in ins):
             kinds[out] = PERSISTENT_RO
+        elif _reduce_noop(graph, op, known):
+            kinds[out] = PERSISTENT_RO
     return kinds, stops
 
 
-def temporaries(graph: Graph, op: Op) -> tuple[list[tuple[str, int, str]], int]:
+def _reduce_noop(graph: Graph, op: Op, known) -> bool:
+    """REDUCE_PROD of a constant-or-persistent input and axis into at most 8 elements runs in
+    Prepare into a kTfLitePersistentRo output (reduce.cc:402, kMaxConstantOutputTensorSize,
+    `PrepareProd` :559); MEAN/SUM keep an arena output."""
+    return (op.type == "REDUCE_PROD" and known(op.inputs[0]) and known(op.inputs[1])
+            and graph.tensors[op.outputs[0]].size <= 8)
+
+
+def temporaries(graph: Graph, op: Op, kinds: dict[int, str] | None = None
+                ) -> tuple[list[tuple[str, int, str]], int]:
     """The temporaries a built-in kernel's Prepare adds, (name, bytes, allocation type) in
     `node->temporaries` order, and how many tensor ids its Prepare takes with `AddTensors`
     (FULLY_CONNECTED takes 6 it leaves unused unless hybrid, fully_connected.cc:729)."""
@@ -83,15 +94,22 @@ def temporaries(graph: Graph, op: Op) -> tuple[list[tuple[str, int, str]], int]:
     if op.type in _REDUCE:
         x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
         axes = graph.tensors[op.inputs[1]]
-        temps = [("reduce_index", 4 * len(x.shape), ARENA),
+        kinds = kinds or {}
+        folded = kinds.get(op.inputs[0], MMAP if x.is_constant else ARENA) in \
+            (MMAP, PERSISTENT_RO)
+        rank = 4 * len(x.shape)
+        if _reduce_noop(graph, op, lambda t: kinds.get(t) in (MMAP, PERSISTENT_RO)):
+            return [("reduce_index", rank, ARENA), ("reduce_resolved_axis", 0, DYNAMIC),
+                    ("reduce_accum", 0, DYNAMIC), ("reduce_normalized_dims", 0, DYNAMIC)], 4
+        temps = [("reduce_index", rank, ARENA),
                  ("reduce_resolved_axis", 4 * axes.size, ARENA)]
         if op.type in ("MEAN", "SUM", "REDUCE_PROD"):
             _, item = _ACCUM.get(x.dtype, ("float32", 4))
             temps.append(("reduce_accum", out.size * item, ARENA))
         else:
             temps.append(("reduce_accum", 0, ARENA))
-        temps.append(("reduce_normalized_dims", 0, DYNAMIC) if not x.is_constant else
-                     ("reduce_normalized_dims", 4 * len(x.shape), ARENA))
+        temps.append(("reduce_normalized_dims", rank, ARENA) if folded else
+                     ("reduce_normalized_dims", 0, DYNAMIC))
         return temps, 4
     return [], 0
 
@@ -100,7 +118,7 @@ def add_temporaries(graph: Graph, i: int, next_id: int, sizes: dict[int, int],
                     kinds: dict[int, str], names: dict[int, str]) -> tuple[tuple[int, ...], int]:
     """Give op `i`'s temporaries the tensor ids LiteRT gives them (ids are handed out in
     Prepare order from the graph's tensor count on); returns them and the next free id."""
-    temps, used = temporaries(graph, graph.ops[i])
+    temps, used = temporaries(graph, graph.ops[i], kinds)
     ids = []
     for k, (name, nbytes, kind) in enumerate(temps):
         t = next_id + k

@@ -183,12 +183,12 @@ def main() -> None:
     ds = Dataset.create(out, name=out.name)
     ds.append_kernels(pd.DataFrame(krows))
     ds.append_models(pd.DataFrame(model_rows))
-    env = next(iter(envs.values()))
-    proto = env["protocol"]
     summary = {}
     for target in sorted({r["target"] for r in rows}):
         t = parse_target(target)
         mine = [r for r in rows if r["target"] == target]
+        env = envs[mine[0]["source"]]      # the call that measured the target's first model
+        proto = env["protocol"]
         rt = [r for r in retest if r["target"] == target]
         nz = noise(main_rows, rt, graphs)
         counts = {"models_ok": sum(r.get("status") == "ok" for r in mine),
@@ -208,7 +208,7 @@ def main() -> None:
             torch=env["torch"], cuda=env["cuda"], cudnn=env["cudnn"], gpu=env.get("gpu"),
             sm_clock_max_mhz=env.get("sm_clock_max_mhz"), driver=env.get("driver"),
             cudnn_benchmark=env["cudnn_benchmark"], cudnn_allow_tf32=env["cudnn_allow_tf32"],
-            device_calls=sorted(envs), counts=counts, noise=nz)
+            device_calls=sorted({r["source"] for r in mine + rt}), counts=counts, noise=nz)
         summary[target] = {**counts, "noise": nz}
     ds.compact()
     with gzip.open(out / "cuda_kernels.jsonl.gz", "wt") as f:

@@ -73,6 +73,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--zoo", default="", help="comma-separated CUDA targets for the zoo")
     ap.add_argument("--zoo-models", default="", help="comma-separated zoo names (default all)")
+    ap.add_argument("--zoo-retest", action="store_true",
+                    help="the zoo pass re-measures models shipped before: write it as retests")
     ap.add_argument("--synthetic", type=int, default=0)
     ap.add_argument("--synthetic-target", default="h100/cuda/fp16")
     ap.add_argument("--seed", type=int, default=13)
@@ -103,13 +105,14 @@ def main() -> None:
     zoo_targets = [parse_target(t) for t in a.zoo.split(",") if t]
     names = [n for n in a.zoo_models.split(",") if n] or list(zoo.ZOO)
     zoo_graphs = {n: zoo.build(n) for n in names} if zoo_targets else {}
-    with open(out / "zoo.jsonl", "a") as f:
+    zoo_kind = "retest-zoo" if a.zoo_retest else "zoo"
+    with open(out / ("retest.jsonl" if a.zoo_retest else "zoo.jsonl"), "a") as f:
         for target in zoo_targets:
             for i in range(0, len(names), 4):
                 if time.monotonic() - start > a.budget_s - a.retest_s:
                     break
                 group = [(zoo.arch(n), zoo_graphs[n]) for n in names[i:i + 4]]
-                for r in _run(f, group, target, protocol, start, "zoo"):
+                for r in _run(f, group, target, protocol, start, zoo_kind):
                     print(f"{time.monotonic() - start:7.1f}s zoo {target} {r['model_id']} "
                           f"{r['status']} {r.get('latency_ms', 0):.4f} ms spread "
                           f"{r.get('spread', 0):.4f} {r.get('kernel_source', '')} "
@@ -145,7 +148,7 @@ def main() -> None:
             if time.monotonic() - start > a.budget_s:
                 break
             _run(f, picked[i:i + a.group], target, protocol, start, "retest")
-        for i in range(0, len(zoo_graphs), 4):
+        for i in range(0, len(zoo_graphs) if not a.zoo_retest else 0, 4):
             if time.monotonic() - start > a.budget_s + a.retest_s:
                 break
             group = [(zoo.arch(n), zoo_graphs[n]) for n in names[i:i + 4]]

@@ -92,13 +92,13 @@ def test_deduced_launch_counts_match_profiler(path, n):
         assert rate >= (0.85 if t in VARIABLE_OPS else 0.99), (t, agree[t], total[t])
 
 
-@pytest.mark.parametrize("path, targets, n_models", [
-    (SYN, ["h100/cuda/fp16"], 1000),
-    (ZOO, ["h100/cuda/fp16", "h100/cuda/fp16/b32", "h100/cuda/fp32"], 48)])
-def test_shipped_datasets(path, targets, n_models):
+@pytest.mark.parametrize("path, targets", [
+    (SYN, {"h100/cuda/fp16": 1000, "h100/cuda/fp16/b32": 200}),
+    (ZOO, {"h100/cuda/fp16": 48, "h100/cuda/fp16/b32": 48, "h100/cuda/fp32": 48})])
+def test_shipped_datasets(path, targets):
     ds = Dataset.open(path)
     assert sorted(ds.targets()) == sorted(targets)
-    for t in targets:
+    for t, n_models in targets.items():
         m, k = ds.models(t), ds.kernels(t)
         assert len(m) >= n_models and (m.status == "ok").mean() > 0.99
         entry = ds.manifest["targets"][t]
@@ -109,8 +109,8 @@ def test_shipped_datasets(path, targets, n_models):
         s = ok.groupby("model_id").latency_ms.sum()
         ratio = (s / m.set_index("model_id").latency_ms.reindex(s.index)).median()
         assert 0.7 < ratio < 1.0
-    noise = ds.manifest["targets"][targets[0]]["noise"]
-    assert noise["n_retest"] >= 40 and noise["e2e_retest_mdape"] <= 1.0
+        noise = ds.manifest["targets"][t]["noise"]
+        assert noise["n_retest"] >= 25 and noise["e2e_retest_mdape"] <= 1.0
 
 
 def test_kernel_rows_follow_deduce():

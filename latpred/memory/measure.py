@@ -5,7 +5,7 @@ tensors' data pointers. ai-edge-litert exports no C++ symbol that reports it
 (`Subgraph::GetMemoryAllocInfo` is not exported), but every arena tensor's `data.raw` is
 `arena base + offset` (tflite/arena_planner.cc `ResolveTensorAllocation`), and Python's
 `interpreter.tensor(i)()` is a numpy view of exactly that pointer, temporaries included
-(`NumTensors` counts them). The first tensor the planner places sits at offset 0, and it is a
+(`get_tensor_details` lists them). The first tensor the planner places sits at offset 0, and it is a
 graph input (alive through the whole run, placed first), so the lowest graph-input address is
 the buffer's start; `malloc_usable_size` of that pointer bounds the buffer (the arena is one
 `aligned_alloc`, tflite/simple_memory_arena.cc `AlignedAlloc`), which separates arena tensors
@@ -55,12 +55,14 @@ def runtime_arena(model: bytes, kernels: str = "builtin", threads: int = 1) -> A
         del view      # the interpreter refuses to run while views of its buffers are alive
     interp.invoke()
     found: dict[int, tuple[int, int]] = {}
-    for i in range(interp._interpreter.NumTensors(0)):
+    # Only tensors get_tensor_details can describe: a kernel's unused scratch tensors (the 6
+    # FULLY_CONNECTED reserves) have no type or dims, and reading them crashes.
+    for i in sorted(d["index"] for d in interp.get_tensor_details()):
         try:
             view = interp.tensor(i)()
         except ValueError:
             continue
-        if view.nbytes:
+        if isinstance(view, np.ndarray) and view.nbytes:   # a 0-d tensor comes back a copy
             found[i] = (view.ctypes.data, view.nbytes)
         del view
     inputs = [found[d["index"]][0] for d in interp.get_input_details() if d["index"] in found]

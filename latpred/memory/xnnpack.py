@@ -20,9 +20,9 @@ LiteRT tree):
 - Packed weights, src/operators/convolution-nhwc.c:403 and fully-connected-nc.c:221:
   ((kernel_size * round_up_po2(Cin, kr*sr) * 4) + 4) * round_up(Cout, nr) bytes, rounded up to
   64. This host (x86-64 FMA3/AVX2, no AVX-512) uses the f32 GEMM 6x16 (nr=16, kr=sr=1,
-  src/configs/gemm-config.c). Depthwise: (kernel_size * 4 + 4) * round_up(C, cr), cr=16 for
-  3x3 (9p16c) and 8 for 5x5 (25p8c) on FMA3 (src/configs/dwconv-config.c); other kernel sizes
-  are approximated with cr=16 and one pass.
+  src/configs/gemm-config.c). Depthwise: (primary_tile * 4 + 4) * round_up(C, 16) with the
+  3p16c/4p16c/9p16c/25p16c FMA3 kernels (src/configs/dwconv-config.c); kernels above 25 taps
+  (7x7) are approximated as one pass over the kernel.
 - Indirection buffers (kept by the operator: the delegate does not set
   XNN_FLAG_TRANSIENT_INDIRECTION_BUFFER by default): IGEMM convolutions kernel_size *
   round_up(OH*OW, mr) pointers (convolution-nhwc.c:2819; mr=6 approximates
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 from latpred.graph import Graph, Op
 from latpred.memory.arena import align_up
-from latpred.memory.litert_builtin import builtin_input
-from latpred.memory.litert_plan import MMAP, PlanInput, PlanNode, plan_kinds
+from latpred.memory.litert_builtin import builtin_input, plan_kinds
+from latpred.memory.litert_plan import MMAP, PlanInput, PlanNode
 
 EXTRA_BYTES, ALIGNMENT = 16, 64
 GEMM_NR, GEMM_MR = 16, 6
@@ -283,10 +283,14 @@ def packed_weights(graph: Graph, op: Op) -> int:
     return 0
 
 
+def _dw_tile(kernel_size: int) -> int:
+    """The smallest unipass primary tile (3, 4, 9, 25 on FMA3) that holds the kernel; larger
+    kernels are approximated as one pass over the kernel."""
+    return next((t for t in (3, 4, 9, 25) if t >= kernel_size), kernel_size)
+
+
 def _dw_packed(kernel_size: int, channels: int) -> int:
-    cr = 8 if kernel_size == 25 else 16
-    tile = {9: 9, 25: 25}.get(kernel_size, kernel_size)
-    return align_up((tile * 4 + 4) * align_up(channels, cr), ALIGNMENT)
+    return align_up((_dw_tile(kernel_size) * 4 + 4) * align_up(channels, 16), ALIGNMENT)
 
 
 def indirection_bytes(graph: Graph, op: Op) -> int:
@@ -305,7 +309,7 @@ def indirection_bytes(graph: Graph, op: Op) -> int:
         dil = tuple(op.attr("dilation", (1, 1)))
         step_w = stride[1] if dil[1] == 1 else kw
         step_h = kh * kw + (ow - 1) * step_w * kh
-        return align_up((oh * step_h) * 8, ALIGNMENT)
+        return align_up((_dw_tile(kh * kw) - kh * kw + oh * step_h) * 8, ALIGNMENT)
     if (kh, kw) == (1, 1) and stride == (1, 1) and op.attr("padding", "SAME") in ("SAME", "VALID"):
         return 0                                          # runs as a GEMM
     return kh * kw * align_up(oh * ow, GEMM_MR) * 8

@@ -28,22 +28,32 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-NETS = {   # name: (maker over the tests' nets module, input size)
-    "mobilenet_v2": (lambda n: n.MobileNetV2(), 224),
-    "mobilenet_v3_small": (lambda n: n.MobileNetV3Small(), 224),
-    "resnet18": (lambda n: n.ResNet18(), 224),
-    "efficientnet_b0": (lambda n: n.EfficientNetB0(), 224),
-    "shufflenet_v2_x1_0": (lambda n: n.ShuffleNetV2(), 224),
-    "tiny_convnext": (lambda n: n.TinyConvNeXt(), 64),
-    "mobilenet_v2_0.35_96": (lambda n: n.MobileNetV2(1000, 0.35), 96),
+NETS = {   # name: (maker over the tests' nets and small-module modules, NCHW input shape)
+    "mobilenet_v2": (lambda n, s: n.MobileNetV2(), (1, 3, 224, 224)),
+    "mobilenet_v3_small": (lambda n, s: n.MobileNetV3Small(), (1, 3, 224, 224)),
+    "resnet18": (lambda n, s: n.ResNet18(), (1, 3, 224, 224)),
+    "efficientnet_b0": (lambda n, s: n.EfficientNetB0(), (1, 3, 224, 224)),
+    "shufflenet_v2_x1_0": (lambda n, s: n.ShuffleNetV2(), (1, 3, 224, 224)),
+    "tiny_convnext": (lambda n, s: n.TinyConvNeXt(), (1, 3, 64, 64)),
+    "mobilenet_v2_0.35_96": (lambda n, s: n.MobileNetV2(1000, 0.35), (1, 3, 96, 96)),
+    "squeeze_excite": (lambda n, s: s.SE(16), (1, 16, 12, 12)),
+    "shuffle_block": (lambda n, s: s.Shuffle(), (1, 16, 10, 10)),
+    "layer_norm": (lambda n, s: s.LN(), (1, 16, 7, 7)),
+    "residual": (lambda n, s: s.Residual(), (1, 8, 9, 9)),
+    "stride2_even": (lambda n, s: torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, 2, 1),
+                                                      torch.nn.ReLU6()), (1, 4, 16, 16)),
+    "maxpool_pad": (lambda n, s: torch.nn.MaxPool2d(3, 2, 1), (1, 4, 16, 16)),
+    "spatial_flatten": (lambda n, s: s.Head(torch.nn.AdaptiveAvgPool2d(4), 3, 4),
+                        (1, 3, 16, 16)),
 }
 
 
 def build(name: str) -> torch.nn.Module:
+    import test_from_torch as small
     import test_from_torch_nets as nets
 
     torch.manual_seed(0)
-    return nets.randomize_bn(NETS[name][0](nets))
+    return nets.randomize_bn(NETS[name][0](nets, small))
 
 
 def convert(out: Path, names: list[str]) -> None:
@@ -52,13 +62,18 @@ def convert(out: Path, names: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
         m = build(name)
-        size = NETS[name][1]
+        n, c, h, w = NETS[name][1]
         torch.save(m.state_dict(), out / f"{name}.pt")
-        wrapped = litert_torch.to_channel_last_io(m, args=[0]).eval()
-        x = torch.randn(1, size, size, 3)
-        edge = litert_torch.convert(wrapped, (x,))
-        edge.export(str(out / f"{name}.tflite"))
-        (out / f"{name}.json").write_text(json.dumps({"input": [1, 3, size, size]}))
+        four_d_out = m(torch.randn(n, c, h, w)).dim() == 4
+        wrapped = litert_torch.to_channel_last_io(m, args=[0], outputs=[0] if four_d_out
+                                                  else None).eval()
+        try:
+            edge = litert_torch.convert(wrapped, (torch.randn(n, h, w, c),))
+            edge.export(str(out / f"{name}.tflite"))
+        except Exception as e:   # report and go on with the other nets
+            print(f"{name}: litert-torch failed: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        (out / f"{name}.json").write_text(json.dumps({"input": [n, c, h, w]}))
         print(f"{name}: converted", flush=True)
 
 

@@ -69,7 +69,7 @@ def _same(v: Val, tid: int, lw: Lowering) -> Val:
 
 # -- convolutions, dense layers, batch norm -------------------------------------------------------
 def _bn_scale_shift(lw: Lowering, bn: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    a = lw.args(bn.args)
+    a = (None, *lw.args(tuple(bn.args[1:])))   # input 0 is the conv being lowered
     gamma, beta, mean, var = a[1], a[2], a[3], a[4]
     eps = a[6] if op_name(bn) == "_native_batch_norm_legit_no_training" else a[7]
     if any(isinstance(v, Val) for v in (gamma, beta, mean, var)):

@@ -141,7 +141,7 @@ def test_xnnpack_partitions_around_a_builtin_op():
     assert first.outputs == (y,)
 
 
-def test_xnnpack_refused_on_a_run_time_shape():
+def test_xnnpack_delegates_around_a_run_time_shape():
     from latpred.idioms import dynamic_reshape
     from latpred.memory.xnnpack import delegated_input
 
@@ -150,10 +150,10 @@ def test_xnnpack_refused_on_a_run_time_shape():
     y = b.conv2d(x, 8, 1)
     b.output(b.conv2d(dynamic_reshape(b, y, (1, 4, 16, 8)), 8, 1))
     g = b.build()
-    assert not delegated_input(g).delegated_ops
+    assert len(delegated_input(g).delegated_ops) == 2      # both convolutions
     x_pred = predict_memory(g, TARGET)
     b_pred = predict_memory(g, TARGET, kernels="builtin")
-    assert x_pred.arena == b_pred.arena and x_pred.weights_packed == 0
+    assert x_pred.arena < b_pred.arena and x_pred.weights_packed > 0
 
 
 def test_unsupported_target_is_a_user_error():

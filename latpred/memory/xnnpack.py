@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 from latpred.graph import Graph, Op
 from latpred.memory.arena import align_up
-from latpred.memory.litert_builtin import builtin_input, plan_kinds
-from latpred.memory.litert_plan import MMAP, PlanInput, PlanNode
+from latpred.memory.litert_builtin import add_temporaries, plan_kinds, tensor_kinds
+from latpred.memory.litert_plan import INPLACE, MMAP, PlanInput, PlanNode
 
 EXTRA_BYTES, ALIGNMENT = 16, 64
 GEMM_NR, GEMM_MR = 16, 6
@@ -61,9 +61,15 @@ _IN_PLACE = _ELEMENTWISE | {"SOFTMAX", "RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
     """Whether the delegate takes `op` (float32 graphs; an approximation of its Visit* checks:
     operand types, static operands; SOFTMAX needs beta 1; SPLIT_V, SHAPE, PACK, GATHER stay)."""
-    if any(t >= 0 and graph.tensors[t].dtype not in ("float32", "int8", "uint8")
-           for t in op.inputs[:1]):
+    data = op.inputs[1:2] if op.type == "SPLIT" else op.inputs[:1]   # SPLIT: axis first
+    if any(t >= 0 and graph.tensors[t].dtype not in ("float32", "int8", "uint8") for t in data):
         return False      # XNNPACK takes fp32 and 8-bit quantized tensors, not int32 shapes
+    if op.type == "SPLIT" and kinds[op.inputs[0]] != MMAP:
+        return False
+    if op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+        # CheckPoolingParams: a stride larger than the filter is declined
+        stride, size = op.attr("stride", (1, 1)), op.attr("filter", (1, 1))
+        return stride[0] <= size[0] and stride[1] <= size[1]
     if op.type == "SOFTMAX":
         return abs(float(op.attr("beta", 1.0)) - 1.0) < 1e-9
     if op.type in _STATIC:
@@ -118,25 +124,28 @@ class XnnpackLayout:
 def delegated_input(graph: Graph) -> XnnpackLayout:
     """The TFLite execution plan after the delegate replaced its partitions (one node each).
 
-    tflite/core/subgraph.cc `ModifyGraphWithDelegateImpl` (v2.2.0, :2535): a delegate without
-    kTfLiteDelegateFlagsAllowDynamicTensors (XNNPACK's default flags, xnnpack_delegate.cc:877)
-    has every original op prepared first, so each built-in kernel takes its tensor ids as
-    without a delegate; if an output is then dynamic or of unknown shape (the converter's
-    RESHAPE to a computed shape) the delegate is refused (kTfLiteApplicationError, "Attempting
-    to use a delegate that only supports static-sized tensors") and the model runs on the
-    built-in kernels: then this is the built-in plan with nothing delegated.
+    The 2.3.0 wheel's default XNNPACK delegate allows dynamic tensors (measured: converter
+    files with a RESHAPE to a run-time shape are delegated around it), so
+    tflite/core/subgraph.cc `ModifyGraphWithDelegateImpl` (v2.2.0, :2535) does not prepare
+    the original ops first: only the ops left to TFLite are prepared, in execution-plan order,
+    and only they take tensor ids for their temporaries. Ops with a run-time output shape end
+    a prepared chunk as without a delegate.
     """
-    base = builtin_input(graph)
-    if any(n.ends_chunk for n in base.nodes):
-        return XnnpackLayout(base, frozenset(), ())
-    kinds = base.kinds
+    kinds, stops = tensor_kinds(graph)
+    sizes = {i: t.nbytes for i, t in enumerate(graph.tensors)}
+    names: dict[int, str] = {}
     nodes: list[PlanNode] = []
     internal: list[tuple[int, ...]] = []
     delegated: set[int] = set()
     outputs = set(graph.outputs)
+    next_id = len(graph.tensors)
     for is_xnn, ops in partitions(graph, kinds):
         if not is_xnn:
-            nodes.extend(base.nodes[i] for i in ops)
+            for i in ops:
+                op = graph.ops[i]
+                temps, next_id = add_temporaries(graph, i, next_id, sizes, kinds, names)
+                nodes.append(PlanNode(op.inputs, op.outputs, (i,), op.type, temps,
+                                      INPLACE.get(op.type, 0), i in stops))
             continue
         delegated.update(ops)
         inside = set(ops)
@@ -149,10 +158,9 @@ def delegated_input(graph: Graph) -> XnnpackLayout:
                             if t >= 0 and t not in made}))
         internal.append(tuple(t for t in produced if t not in outs))
         nodes.append(PlanNode(ins, outs, tuple(ops), "XNNPACK"))
-    pk = plan_kinds(kinds, nodes, set())
-    return XnnpackLayout(PlanInput(tuple(nodes), base.sizes, kinds, pk, graph.inputs,
-                                   graph.outputs, base.names), frozenset(delegated),
-                         tuple(internal))
+    pk = plan_kinds(kinds, nodes, stops)
+    return XnnpackLayout(PlanInput(tuple(nodes), sizes, kinds, pk, graph.inputs, graph.outputs,
+                                   names), frozenset(delegated), tuple(internal))
 
 
 def rounded(nbytes: int) -> int:

@@ -54,9 +54,13 @@ def _input_shapes(specs: tuple[str, ...]):
               help="Also list the kernels the runtime of this target executes, e.g. pixel4/gpu/fp16.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--metadata", is_flag=True, help="Show metadata embedded in the model.")
+@click.option("--memory", is_flag=True,
+              help="Peak memory per op on --target (default host/cpu/fp32/t1): which op sets it.")
+@click.option("--memory-kernels", default="xnnpack", show_default=True,
+              type=click.Choice(["xnnpack", "builtin"]), help="CPU kernels for --memory.")
 @_input_shape_option
-def inspect(model: str, target_name: str | None, as_json: bool, metadata: bool,
-            input_shape: tuple[str, ...]) -> None:
+def inspect(model: str, target_name: str | None, as_json: bool, metadata: bool, memory: bool,
+            memory_kernels: str, input_shape: tuple[str, ...]) -> None:
     """List a .tflite model's operations (shapes, attributes, FLOPs, parameters) and totals."""
     import json
     from pathlib import Path
@@ -88,10 +92,18 @@ def inspect(model: str, target_name: str | None, as_json: bool, metadata: bool,
             if not as_json:
                 click.echo("Full metadata needs tflite-support: pip install 'latpred[metadata]'.",
                            err=True)
+    if memory:
+        from latpred.memory import predict_memory
+        from latpred.memory.console import memory_report, print_memory
+
+        mem = predict_memory(graph, target_name or "host/cpu/fp32/t1", memory_kernels, len(data))
+        report["memory"] = memory_report(mem)
     if as_json:
         click.echo(json.dumps(report, indent=1))
     else:
         _print_inspect(report)
+        if memory:
+            print_memory(model, mem, graph)
 
 
 def _print_inspect(report: dict) -> None:
@@ -226,6 +238,19 @@ def dataset_group() -> None:
     """Maintain measured datasets."""
 
 
+@dataset_group.command("merge")
+@click.argument("sources", nargs=-1, required=True,
+                type=click.Path(file_okay=False, exists=True))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="New dataset directory (the sources are left as they are).")
+def dataset_merge(sources: tuple[str, ...], out: str) -> None:
+    """Merge SOURCES (datasets of different models) into one, e.g. to train on several spaces."""
+    from latpred.dataset_merge import merge_datasets
+
+    ds = merge_datasets(sources, out)
+    click.echo(f"Wrote {len(ds.models())} model rows from {len(sources)} datasets to {out}.")
+
+
 @dataset_group.command("drift-correct")
 @click.argument("source", type=click.Path(file_okay=False, exists=True))
 @click.option("--out", required=True, type=click.Path(file_okay=False),
@@ -348,10 +373,11 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
 @click.option("--breakdown", is_flag=True, help="Also print the latency of every kernel.")
 @click.option("--allow-fallback", is_flag=True,
               help="Predict kernel types without a regressor by the flagged fallback.")
+@click.option("--memory", is_flag=True, help="Also predict each model's peak memory.")
 @_input_shape_option
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
 def predict(predictor: str, target_name: str | None, breakdown: bool, allow_fallback: bool,
-            input_shape: tuple[str, ...], models: tuple[str, ...]) -> None:
+            memory: bool, input_shape: tuple[str, ...], models: tuple[str, ...]) -> None:
     """Predict the latency of .tflite MODELS (or torch.export .pt2 programs, converted by
     latpred.from_torch) with a trained predictor."""
     from latpred.predictors import LatencyModel
@@ -364,6 +390,12 @@ def predict(predictor: str, target_name: str | None, breakdown: bool, allow_fall
               for m in models]
     preds = model.predict_many(graphs, allow_fallback=allow_fallback)
     print_predictions(models, preds, graphs, breakdown)
+    if memory:
+        from latpred.memory import predict_memory
+        from latpred.memory.console import print_memory
+
+        for m, g in zip(models, graphs):
+            print_memory(m, predict_memory(g, model.target), g, per_op=breakdown)
 
 
 def _pt2_graph(path: str):

@@ -107,3 +107,36 @@ def test_fixtures_run_in_litert_at_batch_one():
         interp.set_tensor(d["index"], np.zeros(d["shape"], np.float32))
         interp.invoke()
         assert np.isfinite(interp.get_tensor(interp.get_output_details()[0]["index"])).all()
+
+
+# Each converter idiom on each GPU rule set, with the delegate source that decides it:
+# (op type, predicate on the op, device on TFLite 2.9 (pixel4), device on ML Drift (h100)).
+# - LayerNorm's MEAN over channels: TFLite 2.9's MeanOperationParser takes only height/width
+#   axes (model_builder.cc @ v2.9.0); ML Drift reduces any axis.
+# - GELU: no parser in TFLite 2.9's NewOperationParser; ML Drift has one.
+# - GATHER and REDUCE_PROD on the int32 shape vectors: TFLite 2.9 has no GATHER parser, and both
+#   delegates require float non-constant tensors (IsAllAllowedTensors / IsAllAllowedTensors in
+#   ML Drift's model_builder).
+# - NEG, SQUARED_DIFFERENCE, RSQRT, HARD_SWISH: element-wise parsers in both.
+IDIOMS = [
+    ("MEAN", lambda g, op: g.tensors[op.inputs[1]].value == (-1,), "cpu", "gpu"),
+    ("GELU", lambda g, op: True, "cpu", "gpu"),
+    ("GATHER", lambda g, op: True, "cpu", "cpu"),
+    ("REDUCE_PROD", lambda g, op: True, "cpu", "cpu"),
+    ("SQUARED_DIFFERENCE", lambda g, op: True, "gpu", "gpu"),
+    ("RSQRT", lambda g, op: True, "gpu", "gpu"),
+]
+
+
+@pytest.mark.parametrize("op_type, which, tflite29, mldrift", IDIOMS, ids=[i[0] for i in IDIOMS])
+def test_gpu_support_of_converter_idioms(op_type, which, tflite29, mldrift):
+    from latpred.deduce.gpu_support import MLDRIFT_OPS, TFLITE_29_OPS, unsupported_reason
+
+    graph = read_tflite(ROOT / "tests" / "fixtures" / "corpus" / "fx_convnext_mini_64.tflite")
+    ops = [op for op in graph.ops if op.type == op_type and which(graph, op)]
+    assert ops, op_type
+    for supported, spatial_only, expected in ((TFLITE_29_OPS, True, tflite29),
+                                              (MLDRIFT_OPS, False, mldrift)):
+        devices = {"cpu" if unsupported_reason(graph, op, supported, spatial_only) else "gpu"
+                   for op in ops}
+        assert devices == {expected}, (op_type, spatial_only)

@@ -37,6 +37,13 @@ def test_e2e_metrics_by_hand():
     assert np.isclose(m["rmse_ms"], np.sqrt((0.01 + 0.25 + 0 + 0.16) / 4))
     assert m["kendall_tau"] == 1.0 and m["n"] == 4
     assert e2e_metrics(y, y[::-1])["kendall_tau"] == -1.0
+    # Signed error: +10% -25% 0% +5%; size classes split at 3 and 10 ms.
+    assert np.isclose(m["mpe"], (0.10 - 0.25 + 0.0 + 0.05) / 4)
+    small, mid = m["size_classes"]["under 3 ms"], m["size_classes"]["3-10 ms"]
+    assert small["n"] == 2 and np.isclose(small["mpe"], (0.10 - 0.25) / 2)
+    assert np.isclose(small["mape"], 0.175)
+    assert mid["n"] == 2 and np.isclose(mid["mpe"], 0.025)
+    assert "over 10 ms" not in m["size_classes"]
 
 
 def test_per_type_mape_and_share():
@@ -178,6 +185,7 @@ def test_protocol_split_on_cpu_reports_every_method(cpu_data, tmp_path):
     text = path.read_text()
     assert "| latpred gbdt (none grid) |" in text and "nn-Meter RF" in text
     assert "noise floor: re-measuring gives" in text
+    assert "## Bias by model size" in text
     for png in ("pred_vs_measured.png", "error_cdf.png", "kernel_types.png"):
         assert (tmp_path / "rep" / png).stat().st_size > 1000
     results = json.loads((tmp_path / "rep" / "results.json").read_text())

@@ -17,7 +17,7 @@ def print_summary(ev: Any, report_path: Any = None) -> None:
     kernels = {m.name: kernel_accuracy(m).get("all") for m in ev.methods}
     with_kernels = any(k and k["n"] for k in kernels.values())
     table = Table(title=f"{ev.target}: trained on {ev.n_train}, tested on {len(ev.test)} models")
-    cols = ["method", "MAPE", "±10%", "RMSE ms", "Kendall τ"]
+    cols = ["method", "MAPE", "signed", "±10%", "RMSE ms", "Kendall τ"]
     cols += ["kernel MAPE"] if with_kernels else []
     for col in cols + ["train s"]:
         table.add_column(col, justify="left" if col == "method" else "right",
@@ -26,11 +26,12 @@ def print_summary(ev: Any, report_path: Any = None) -> None:
         e2e, kern = ev.noise.get(f"e2e_{key}"), ev.noise.get(f"kernel_{key}")
         if e2e is None and kern is None and key == "retest_p90":
             continue
-        cells = [what, _pct(e2e), "", "", ""] + ([_pct(kern)] if with_kernels else [])
+        cells = [what, _pct(e2e), "", "", "", ""] + ([_pct(kern)] if with_kernels else [])
         table.add_row(*cells, "", style="dim", end_section=key == "retest_p90" or
                       ev.noise.get("e2e_retest_p90") is None)
     for r in summary_rows(ev):
-        cells = [r["method"], f"{100 * r['mape']:.2f}%", f"{100 * r['acc10']:.0f}%",
+        cells = [r["method"], f"{100 * r['mape']:.2f}%", f"{100 * r.get('mpe', 0.0):+.1f}%",
+                 f"{100 * r['acc10']:.0f}%",
                  f"{r['rmse_ms']:.3g}", f"{r['kendall_tau']:.3f}"]
         if with_kernels:
             k = kernels.get(r["method"])

@@ -10,18 +10,38 @@ from scipy.stats import kendalltau
 from sklearn.metrics import mean_absolute_percentage_error, root_mean_squared_error
 
 
+# Size classes of the converter-corpus targets (issue 11): a predictor must not be biased for
+# small models, whose fixed per-call costs weigh most.
+SIZE_CLASSES = (("under 3 ms", 0.0, 3.0), ("3-10 ms", 3.0, 10.0), ("over 10 ms", 10.0, np.inf))
+
+
 def e2e_metrics(measured: np.ndarray, predicted: np.ndarray) -> dict[str, Any]:
-    """End-to-end figures over models: MAPE and acc10 as fractions, RMSE in ms, tau, n."""
+    """End-to-end figures over models: MAPE, acc10 and the mean signed error (MPE, positive:
+    predicted too slow) as fractions, RMSE in ms, tau, n, and MAPE/MPE per size class."""
     y = np.asarray(measured, dtype=np.float64)
     p = np.asarray(predicted, dtype=np.float64)
     if len(y) == 0:
-        return {"n": 0, "mape": float("nan"), "acc10": float("nan"), "rmse_ms": float("nan"),
-                "kendall_tau": float("nan")}
+        return {"n": 0, "mape": float("nan"), "acc10": float("nan"), "mpe": float("nan"),
+                "rmse_ms": float("nan"), "kendall_tau": float("nan"), "size_classes": {}}
     tau = kendalltau(y, p).statistic if len(y) > 1 else float("nan")
     return {"n": int(len(y)), "mape": float(mean_absolute_percentage_error(y, p)),
             # within ±10%, the boundary included (with room for the rounding of p - y)
             "acc10": float(np.mean(np.abs(p - y) / y <= 0.10 + 1e-12)),
-            "rmse_ms": float(root_mean_squared_error(y, p)), "kendall_tau": float(tau)}
+            "mpe": float(np.mean((p - y) / y)),
+            "rmse_ms": float(root_mean_squared_error(y, p)), "kendall_tau": float(tau),
+            "size_classes": size_classes(y, p)}
+
+
+def size_classes(y: np.ndarray, p: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per size class of the measured latency: n, MAPE and mean signed error (fractions)."""
+    out = {}
+    for name, low, high in SIZE_CLASSES:
+        sel = (y >= low) & (y < high)
+        if sel.any():
+            err = (p[sel] - y[sel]) / y[sel]
+            out[name] = {"n": int(sel.sum()), "mape": float(np.mean(np.abs(err))),
+                         "mpe": float(np.mean(err))}
+    return out
 
 
 def kernel_metrics(kernels: pd.DataFrame, types: Any = None) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from latpred.evaluate import plots
+from latpred.evaluate.metrics import SIZE_CLASSES
 from latpred.evaluate.noise import noise_cell
 
 _TITLES = {"split": "(a) hold-out split of one dataset", "sizes": "(b) training-set sizes",
@@ -49,12 +50,30 @@ def markdown(ev, images: list[str]) -> str:
     for r in summary_rows(ev):
         lines.append(f"| {r['method']} | {_pct(r['mape'])} | {noise} | {_pct(r['acc10'], 0)} | "
                      f"{r['rmse_ms']:.3g} | {r['kendall_tau']:.3f} | {r['fit_seconds']:.0f} |")
-    lines += _per_kernel(ev) + _per_type(ev) + _sizes(ev)
+    lines += _by_size(ev) + _per_kernel(ev) + _per_type(ev) + _sizes(ev)
     notes = list(ev.notes) + [f"{m.name}: {n}" for m in ev.methods for n in m.notes]
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     lines += ["", "## Plots", ""] + [f"![{i}]({i})" for i in images]
     return "\n".join(lines) + "\n"
+
+
+def _by_size(ev) -> list[str]:
+    """Mean signed error overall and MAPE / signed error per size class of the test models:
+    a bias (predicting small models too slow, say) hides inside a good MAPE."""
+    classes = [c[0] for c in SIZE_CLASSES]
+    lines = ["", "## Bias by model size", "",
+             "Mean signed error (positive: predicted too slow), and MAPE / signed error per "
+             "size class of the measured latency (models in the class).", "",
+             "| method | signed | " + " | ".join(classes) + " |",
+             "|---|---:|" + "---:|" * len(classes)]
+    for m in ev.methods:
+        per = m.metrics.get("size_classes", {})
+        cells = [f"{_pct(per[c]['mape'])} / {100 * per[c]['mpe']:+.1f}% ({per[c]['n']})"
+                 if c in per else "-" for c in classes]
+        lines.append(f"| {m.name} | {100 * m.metrics.get('mpe', math.nan):+.1f}% | "
+                     + " | ".join(cells) + " |")
+    return lines
 
 
 def kernel_accuracy(m) -> dict[str, dict[str, Any]]:

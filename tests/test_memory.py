@@ -153,7 +153,9 @@ def test_xnnpack_delegates_around_a_run_time_shape():
     assert len(delegated_input(g).delegated_ops) == 2      # both convolutions
     x_pred = predict_memory(g, TARGET)
     b_pred = predict_memory(g, TARGET, kernels="builtin")
-    assert x_pred.arena < b_pred.arena and x_pred.weights_packed > 0
+    assert x_pred.weights_packed > 0 and b_pred.weights_packed == 0
+    labels = [n.label for n in delegated_input(g).plan_input.nodes]
+    assert labels == ["XNNPACK", "SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE", "XNNPACK"]
 
 
 def test_unsupported_target_is_a_user_error():
@@ -166,12 +168,12 @@ def test_unsupported_target_is_a_user_error():
 litert = pytest.importorskip("ai_edge_litert")
 
 
-def _runtime(graph=None, path=None):
+def _runtime(graph=None, path=None, kernels="builtin"):
     from latpred.memory.measure import runtime_arena
     from latpred.tflite import read_tflite, write_tflite
 
     data = Path(path).read_bytes() if path else write_tflite(graph)
-    return runtime_arena(data, "builtin"), read_tflite(data)
+    return runtime_arena(data, kernels), read_tflite(data)
 
 
 @pytest.mark.parametrize("make", [_residual, _conv_mean])
@@ -188,4 +190,11 @@ def test_litert_arena_equals_the_plan_small(make):
 def test_litert_arena_equals_the_plan_converter_fixtures(path):
     reading, graph = _runtime(path=path)
     plan, _ = arena_plan(graph, "builtin")
+    assert reading.arena_bytes == plan.arena_bytes
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_litert_xnnpack_arena_equals_the_plan_converter_fixtures(path):
+    reading, graph = _runtime(path=path, kernels="xnnpack")
+    plan, _ = arena_plan(graph, "xnnpack")
     assert reading.arena_bytes == plan.arena_bytes

@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 from latpred.builder import GraphBuilder  # noqa: E402
 from latpred.memory import largest_layer, naive_sum, predict_memory  # noqa: E402
-from latpred.memory.host_cpu import estimate_model_bytes  # noqa: E402
+from latpred.memory import xnnpack  # noqa: E402
+from latpred.memory.host_cpu import arena_plan, estimate_model_bytes  # noqa: E402
 from latpred.sampler import build_graph  # noqa: E402
 from latpred.tflite import read_tflite  # noqa: E402
 
@@ -38,7 +39,8 @@ def trivial_total() -> int:
     b = GraphBuilder("trivial")
     x = b.input((1, 1, 1, 4))
     b.output(b.add(x, x))
-    return predict_memory(b.build(), TARGET).total
+    p = predict_memory(b.build(), TARGET)
+    return p.total - p.overhead - p.transient   # the fixed overhead is relative to this model
 
 
 def score(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
@@ -50,12 +52,18 @@ def score(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         px = predict_memory(g, TARGET, "xnnpack", model_bytes=int(row["file_bytes"]))
         measured = int(row["rss_delta"]) + base
         n_xnn = sum(r.runs_on == "xnnpack" for r in px.ops)
+        ap, _ = arena_plan(g, "xnnpack")
+        marks = ap.marks
+        outgrown = max((a for a, b in zip(marks, marks[1:]) if b > a), default=0)
+        regrowth = xnnpack.workspace_plan(g, xnnpack.delegated_input(g), False)[2]
         recs.append({"model_id": row["model_id"], "source": row["source"],
                      "n_ops": row["n_ops"], "n_xnn_ops": n_xnn,
                      "n_tensors": len(g.tensors), "measured": measured,
                      "arena_builtin": row["arena_builtin"], "pred_arena_builtin": pb.arena,
                      "arena_xnnpack": row["arena_xnnpack"], "pred_arena_xnnpack": px.arena,
-                     "pred_total": px.total, "pred_no_overhead": px.total - px.overhead,
+                     "pred_total": px.total,
+                     "pred_no_overhead": px.total - px.overhead - px.transient,
+                     "outgrown": outgrown, "regrowth": regrowth,
                      "file_bytes": int(row["file_bytes"]), "est_file": estimate_model_bytes(g),
                      "pred_total_no_file": px.total - px.model_bytes + estimate_model_bytes(g),
                      "naive": naive_sum(g), "largest": largest_layer(g),
@@ -97,21 +105,25 @@ def score(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 
 
 def fit_overhead(r: pd.DataFrame) -> dict:
-    """Least squares of what the breakdown leaves unexplained on per-op / per-tensor counts,
-    fitted on every other model (sorted by id) and scored on the rest."""
+    """Non-negative least squares of what the buffers leave unexplained (measured minus the
+    prediction without overhead and leftovers) on [1, tensors, outgrown arena, outgrown
+    workspace], fitted on every other model (sorted by id) and scored on the rest."""
+    from scipy.optimize import nnls
+
     r = r.sort_values("model_id").reset_index(drop=True)
-    X = np.stack([r["n_xnn_ops"], r["n_ops"] - r["n_xnn_ops"], r["n_tensors"]], 1).astype(float)
+    X = np.stack([np.ones(len(r)), r["n_tensors"], r["outgrown"], r["regrowth"]], 1)
+    X = X.astype(float)
     y = (r["measured"] - r["pred_no_overhead"]).to_numpy(float)
     train = np.arange(len(r)) % 2 == 0
-    coef, *_ = np.linalg.lstsq(X[train], y[train], rcond=None)
-    coef = np.maximum(coef, 0)
+    coef, _ = nnls(X[train], y[train])
     pred = r["pred_no_overhead"].to_numpy(float) + X @ coef
     ape = np.abs(pred - r["measured"]) / r["measured"] * 100
-    full, *_ = np.linalg.lstsq(X, y, rcond=None)
-    return {"per_xnnpack_op": float(coef[0]), "per_builtin_op": float(coef[1]),
-            "per_tensor": float(coef[2]), "full_fit": [float(v) for v in np.maximum(full, 0)],
+    return {"fixed": float(coef[0]), "per_tensor": float(coef[1]),
+            "arena_regrowth_resident": float(coef[2]),
+            "workspace_regrowth_resident": float(coef[3]),
             "held_out_within_5pct": float((ape[~train] <= 5).mean() * 100),
             "held_out_mdape": float(np.median(ape[~train])),
+            "held_out_p90": float(np.percentile(ape[~train], 90)),
             "train_within_5pct": float((ape[train] <= 5).mean() * 100)}
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from latpred.graph import Graph
 from latpred.memory import xnnpack
-from latpred.memory.host_cpu import estimate_model_bytes, overhead
+from latpred.memory.host_cpu import estimate_model_bytes, overhead, transient
 from latpred.memory.litert_builtin import builtin_input
 from latpred.memory.litert_plan import plan
 
@@ -23,13 +23,12 @@ def memory_total(graph: Graph, kernels: str = "xnnpack") -> int:
     """`predict_memory(graph, host target, kernels).total` without building the per-op rows."""
     if kernels == "builtin":
         ap = plan(builtin_input(graph), stats=False)
-        extra = overhead(0, len(graph.ops), len(graph.tensors))
+        extra = overhead(len(graph.tensors)) + transient(ap.marks, 0)
     else:
         layout = xnnpack.delegated_input(graph)
         ap = plan(layout.plan_input, stats=False)
-        n = len(layout.delegated_ops)
-        extra = xnnpack.workspace_bytes(graph, layout) + overhead(n, len(graph.ops) - n,
-                                                                   len(graph.tensors))
+        workspace, _, regrowth = xnnpack.workspace_plan(graph, layout, False)
+        extra = workspace + overhead(len(graph.tensors)) + transient(ap.marks, regrowth)
         for i in layout.delegated_ops:
             op = graph.ops[i]
             extra += xnnpack.packed_weights(graph, op) + xnnpack.indirection_bytes(graph, op)

@@ -83,7 +83,8 @@ class ArenaPlan:
     `arena_bytes`: the kTfLiteArenaRw high-water mark (the buffer size); `persistent_bytes`:
     the kTfLiteArenaRwPersistent arena's. `node_extent[i]`: the highest byte in use while node
     i runs (max end of the allocations live at i); `node_live[i]`: the bytes live at node i.
-    `shared`: in-place outputs -> the tensor whose buffer they use.
+    `shared`: in-place outputs -> the tensor whose buffer they use. `marks`: the arena's size
+    after each prepared chunk (it grows at Invoke when later chunks need more).
     """
 
     arena_bytes: int
@@ -94,6 +95,7 @@ class ArenaPlan:
     node_extent: tuple[int, ...]
     node_live: tuple[int, ...]
     chunks: tuple[tuple[int, int], ...]
+    marks: tuple[int, ...] = ()
 
     @property
     def peak_node(self) -> int:
@@ -184,7 +186,10 @@ def plan(p: PlanInput, stats: bool = True) -> ArenaPlan:
     allocs: dict[int, Alloc] = {}
     pallocs: dict[int, Alloc] = {}
     chunks = _chunks(p.nodes)
+    marks: list[int] = []
     for c, (lo, hi) in enumerate(chunks):
+        if c:
+            marks.append(arena.high_water_mark)
         todo = [t for i in range(lo, hi + 1) for t in node_tensors[i]]
         todo = [t for t in todo if p.kinds.get(t) in (ARENA, PERSISTENT_ARENA)
                 and p.sizes[t] > 0 and t not in allocs]
@@ -210,7 +215,7 @@ def plan(p: PlanInput, stats: bool = True) -> ArenaPlan:
         live.append(sum(a.size for a in here))
     return ArenaPlan(arena.high_water_mark, persistent.high_water_mark,
                      tuple(allocs.values()), tuple(pallocs.values()), shared, tuple(extent),
-                     tuple(live), tuple(chunks))
+                     tuple(live), tuple(chunks), tuple(marks) + (arena.high_water_mark,))
 
 
 def _order(todo: list[int], lo: int, hi: int, node_tensors: list[list[int]],

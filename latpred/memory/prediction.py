@@ -44,7 +44,8 @@ class MemoryPrediction:
     the planner computes it); `persistent_arena`: kTfLiteArenaRwPersistent; `workspace`:
     XNNPACK's shared workspace for activations inside delegated partitions; `indirection`:
     XNNPACK's per-operator indirection buffers; `overhead`: per-op and per-tensor runtime
-    structures (a fitted estimate, see `latpred/memory/host_cpu.py`).
+    structures and `transient` the resident leftovers of buffers the runtime outgrew while
+    setting up (both fitted, see `latpred/memory/host_cpu.py`).
     `total` is their sum: everything is allocated before the first run and held.
     """
 
@@ -58,13 +59,14 @@ class MemoryPrediction:
     workspace: int
     indirection: int
     overhead: int
+    transient: int
     peak_op: int
     ops: tuple[OpMemory, ...]
 
     @property
     def total(self) -> int:
         return (self.model_bytes + self.weights_packed + self.arena + self.persistent_arena
-                + self.workspace + self.indirection + self.overhead)
+                + self.workspace + self.indirection + self.overhead + self.transient)
 
     @property
     def activations(self) -> int:
@@ -76,4 +78,5 @@ class MemoryPrediction:
                 "weights_packed": self.weights_packed, "arena": self.arena,
                 "persistent_arena": self.persistent_arena, "workspace": self.workspace,
                 "indirection": self.indirection, "overhead": self.overhead,
+                "transient": self.transient,
                 "total": self.total}

@@ -174,15 +174,20 @@ def workspace_bytes(graph: Graph, layout: XnnpackLayout) -> int:
 
 
 def workspace_plan(graph: Graph, layout: XnnpackLayout,
-                   with_extent: bool = True) -> tuple[int, dict[int, int]]:
-    """The workspace size and the workspace extent per delegated op."""
-    best, extent = 0, {}
+                   with_extent: bool = True) -> tuple[int, dict[int, int], int]:
+    """The workspace size, the workspace extent per delegated op, and the regrowth: the
+    runtimes are created partition by partition and each one larger than the workspace so far
+    reallocates it (`initialize_workspace_values`), leaving the old buffer behind; the sum
+    of the sizes outgrown."""
+    best, extent, regrowth = 0, {}, 0
     partition_ops = [n.ops for n in layout.plan_input.nodes if n.label == "XNNPACK"]
     for ops, inside in zip(partition_ops, layout.internal):
         size, ext = _partition_plan(graph, ops, set(inside), with_extent)
+        if size > best:
+            regrowth += best + 2 * EXTRA_BYTES if best else 0
         best = max(best, size)
         extent.update(ext)
-    return (best + 2 * EXTRA_BYTES if best else 0), extent
+    return (best + 2 * EXTRA_BYTES if best else 0), extent, regrowth
 
 
 def _fused_pads(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> dict[int, int]:
@@ -297,7 +302,15 @@ def _dw_tile(kernel_size: int) -> int:
     return next((t for t in (3, 4, 9, 25) if t >= kernel_size), kernel_size)
 
 
+DW_MAX_TILE = 25
+
+
 def _dw_packed(kernel_size: int, channels: int) -> int:
+    if kernel_size > DW_MAX_TILE:
+        # No depthwise microkernel holds more than 25 taps: XNNPACK runs the convolution as a
+        # grouped IGEMM (one channel per group) with a narrow-N GEMM (nr=2). Approximation,
+        # checked only through the measured peak (docs/memory.md).
+        return align_up((kernel_size * 4 + 4) * 2 * channels, ALIGNMENT)
     return align_up((_dw_tile(kernel_size) * 4 + 4) * align_up(channels, 16), ALIGNMENT)
 
 
@@ -313,6 +326,8 @@ def indirection_bytes(graph: Graph, op: Op) -> int:
     depthwise = op.type == "DEPTHWISE_CONV_2D" or (
         int(op.attr("groups", 1) or 1) > 1 and w.shape[3] == 1 and w.shape[0] == int(
             op.attr("groups", 1)))
+    if depthwise and kh * kw > DW_MAX_TILE:
+        return kh * kw * align_up(oh * ow, GEMM_MR) * 8          # IGEMM indirection
     if depthwise:
         dil = tuple(op.attr("dilation", (1, 1)))
         step_w = stride[1] if dil[1] == 1 else kw

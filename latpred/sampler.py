@@ -330,6 +330,14 @@ def build_graph(arch: Mapping[str, Any]) -> Graph:
         from latpred import zoo
 
         return zoo.build(arch["zoo"], **arch.get("knobs", {}))
+    if isinstance(arch, Mapping) and "graph" in arch:  # a measured file's own graph
+        from latpred.graph_json import graph_from_json
+
+        try:
+            return graph_from_json(arch["graph"])
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise ConfigError(f"Malformed graph description: {type(err).__name__} {err}.") \
+                from err
     try:
         name = model_id(arch["space"], arch["seed"], arch["index"]) if "index" in arch else ""
         b = GraphBuilder(name=name)

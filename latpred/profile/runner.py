@@ -349,6 +349,21 @@ def model_bytes(path: Path, input_shapes: Any = None) -> bytes:
         return data  # unreadable or shapes that do not fit: reported when it is read
 
 
+def with_graph(arch: str, graph) -> str:
+    """`arch`, or for a file no sampler or zoo description rebuilds (a converter's, a user's),
+    that file's JSON plus its Graph, so evaluation can rebuild the model without the file."""
+    import json
+
+    info = json.loads(arch) if arch else {}
+    if isinstance(info, dict) and ("blocks" in info or "zoo" in info or "graph" in info):
+        return arch
+    from latpred.graph_json import graph_to_json
+
+    info = {"description": info} if not isinstance(info, dict) else info
+    return json.dumps({**info, "graph": graph_to_json(graph)}, sort_keys=True,
+                      separators=(",", ":"))
+
+
 def _prepare(entry: ModelEntry, target, options: RunOptions) -> _Prepared:
     data = model_bytes(entry.path, options.input_shapes)
     row = {"model_id": entry.model_id, "space": entry.space, "seed": entry.seed,
@@ -361,6 +376,7 @@ def _prepare(entry: ModelEntry, target, options: RunOptions) -> _Prepared:
         check_precision(graph, target)
     except LatpredError as err:  # an unreadable model is a row, not the end of the run
         return _Prepared(data, row, error=str(err))
+    row["arch"] = with_graph(entry.arch, graph)
     plans, note = [], ""
     try:
         plans = kernel_plans(graph, target) if options.per_kernel else []

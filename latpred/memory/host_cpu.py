@@ -6,9 +6,8 @@ peak memory as the sum of what the runtime allocates before the first run and ho
 - The TFLite arena (`litert_plan.plan`), over the built-in nodes or, with XNNPACK, over the
   execution plan the delegate leaves (one node per partition, `xnnpack.delegated_input`).
 - XNNPACK: packed weights, indirection buffers, the shared workspace (`xnnpack.py`).
-- `overhead`: per-op and per-tensor structures (TfLiteTensor/TfLiteNode, XNNPACK operator
-  objects, the flatbuffer's tables); `OVERHEAD_PER_*` are fitted on
-  `datasets/host-cpu-memory` (see docs/memory.md), the only fitted numbers here.
+- `overhead` and `transient`: the only fitted numbers (`OVERHEAD_*`, `*_REGROWTH_RESIDENT`,
+  fitted on every other model of `datasets/host-cpu-memory`, see docs/memory.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,53 @@
+"""Test-retest of labels between two measurements of the same models (dev-only).
+
+Issue 12's noise target is a retest taken at least an hour after the campaign: profile a sample
+of a dataset's models again into a fresh dataset, then compare the labels of the models (and
+kernels) both hold:
+
+    latpred profile --target host/cpu/fp32/t1 --out /tmp/retest --retest 0 SAMPLE_DIR
+    python scripts/compare_labels.py datasets/host-cpu-synthetic /tmp/retest --target host/cpu/fp32/t1
+
+Prints the end-to-end and per-kernel MdAPE, 90th percentile and the median signed difference
+(the retest against the label), and the hours between the two measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from latpred.dataset import Dataset
+
+
+def _figures(first: np.ndarray, again: np.ndarray) -> str:
+    diff = 100 * (again - first) / first
+    return (f"MdAPE {np.median(np.abs(diff)):.2f}%  p90 {np.percentile(np.abs(diff), 90):.2f}%  "
+            f"median signed {np.median(diff):+.2f}%  (n={len(diff)})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("labels")
+    ap.add_argument("retest")
+    ap.add_argument("--target", default="host/cpu/fp32/t1")
+    args = ap.parse_args(argv)
+    a, b = Dataset.open(args.labels), Dataset.open(args.retest)
+    ma, mb = (d.models(args.target).query("status == 'ok'").set_index("model_id") for d in (a, b))
+    common = ma.index.intersection(mb.index)
+    print(f"end to end: {_figures(ma.loc[common, 'latency_ms'].to_numpy(), mb.loc[common, 'latency_ms'].to_numpy())}")
+    if "measured_at" in ma and "measured_at" in mb:
+        hours = (mb.loc[common, "measured_at"] - ma.loc[common, "measured_at"]) / 3600
+        print(f"hours apart: {hours.min():.2f}-{hours.max():.2f} (median {hours.median():.2f})")
+    key = ["model_id", "kernel_index"]
+    ka, kb = (d.kernels(args.target).query("status == 'ok' and latency_ms > 0").set_index(key)
+              for d in (a, b))
+    both = ka.index.intersection(kb.index)
+    if len(both):
+        print(f"per kernel: {_figures(ka.loc[both, 'latency_ms'].to_numpy(), kb.loc[both, 'latency_ms'].to_numpy())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

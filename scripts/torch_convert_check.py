@@ -27,6 +27,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(1, str(ROOT))   # the tests import latpred (lazily: no extra packages)
 
 NETS = {   # name: (maker over the tests' nets and small-module modules, NCHW input shape)
     "mobilenet_v2": (lambda n, s: n.MobileNetV2(), (1, 3, 224, 224)),

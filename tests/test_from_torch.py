@@ -86,7 +86,7 @@ def test_depthwise_grouped_dilated_and_multiplier_convolutions():
     (nn.Sigmoid(), ["CONV_2D", "LOGISTIC"]),
     (nn.Tanh(), ["CONV_2D", "TANH"]),
     (nn.GELU(), ["CONV_2D", "GELU"]),
-    (nn.Hardsigmoid(), ["CONV_2D", "ADD", "MUL"]),
+    (nn.Hardsigmoid(), ["CONV_2D", "MUL"]),      # +3 folded into the bias, RELU6 fused
     (nn.LeakyReLU(0.1), ["CONV_2D", "LEAKY_RELU"]),
     (nn.ReLU6(), ["CONV_2D"]),
 ])
@@ -95,7 +95,7 @@ def test_activations(act, expected):
     g = check_output_shape(m, torch.randn(1, 3, 8, 8))
     assert ops(g) == expected
     if isinstance(act, nn.Hardsigmoid):
-        assert g.ops[1].activation == "RELU6"
+        assert g.ops[0].activation == "RELU6"
 
 
 class SE(nn.Module):
@@ -110,8 +110,11 @@ class SE(nn.Module):
 
 def test_squeeze_excite_is_the_converters_sequence():
     g = check_output_shape(SE(16), torch.randn(1, 16, 8, 8))
-    assert ops(g) == ["MEAN", "CONV_2D", "CONV_2D", "ADD", "MUL", "MUL"]
+    # hard-sigmoid's +3 folds into the expand conv's bias and its RELU6 into the conv, as
+    # litert-torch writes MobileNetV3's SE
+    assert ops(g) == ["MEAN", "CONV_2D", "CONV_2D", "MUL", "MUL"]
     assert g.ops[0].attr("keep_dims") is True and g.ops[1].activation == "RELU"
+    assert g.ops[2].activation == "RELU6"
     assert g.tensors[g.ops[0].inputs[1]].value == (1, 2)
 
 
@@ -126,8 +129,9 @@ class Head(nn.Module):
 
 def test_global_pool_flatten_linear():
     g = check_output_shape(Head(nn.AdaptiveAvgPool2d(1), 32, 1), torch.randn(1, 32, 7, 7))
-    assert ops(g) == ["MEAN", "RESHAPE", "FULLY_CONNECTED"]
-    assert g.tensors[g.ops[1].outputs[0]].shape == (1, 32)
+    assert ops(g) == ["MEAN", "FULLY_CONNECTED"]          # the flatten folds into the MEAN
+    assert g.ops[0].attr("keep_dims") is False
+    assert g.tensors[g.ops[0].outputs[0]].shape == (1, 32)
 
 
 def test_flatten_of_a_spatial_map_transposes_to_torch_order_first():
@@ -203,6 +207,19 @@ def test_layer_norm_and_linear_on_nhwc_after_permute_move_no_data():
     fc = only(g, "FULLY_CONNECTED")
     assert fc.attr("keep_num_dims") is True
     assert g.tensors[fc.outputs[0]].shape == (1, 5, 5, 32)
+
+
+def test_constant_add_and_mul_after_a_conv_fold_into_it():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.scale = nn.Conv2d(4, 6, 1, bias=False), nn.Parameter(torch.rand(6, 1, 1))
+
+        def forward(self, x):
+            return torch.relu((self.conv(x) + 1.5) * self.scale) - 2.0
+
+    g = check_output_shape(M(), torch.randn(1, 4, 5, 5))
+    assert ops(g) == ["CONV_2D", "RELU", "SUB"] or ops(g) == ["CONV_2D", "SUB"]
 
 
 def test_standalone_batch_norm_is_mul_add():

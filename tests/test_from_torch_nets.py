@@ -363,6 +363,8 @@ def test_tiny_convnext_parameters_and_shape():
 
     m = TinyConvNeXt().eval()
     g = from_torch(m, torch.randn(1, 3, 64, 64))
-    assert param_count(g) == sum(p.numel() for p in m.parameters())
+    # each block's layer_scale (C) folds into the FULLY_CONNECTED before it, as litert-torch does
+    scales = sum(b.layer_scale.numel() for b in (m.stage1, m.stage2))
+    assert param_count(g) == sum(p.numel() for p in m.parameters()) - scales
     assert [g.tensors[t].shape for t in g.outputs] == [(1, 10)]
     assert g.op_types().get("GELU") == 2 and g.op_types().get("RSQRT") == 5

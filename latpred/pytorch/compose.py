@@ -17,35 +17,48 @@ from latpred.errors import ShapeError
 from latpred.graph import Graph, Op, Tensor
 
 
-def chain(graphs: Sequence[Graph], name: str = "") -> Graph:
-    """The graphs run one after the other (each has one input and one output)."""
+def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph:
+    """The graphs run one after the other (each has one input and one output).
+
+    Tensor k of graph i keeps its name prefixed "b<i>/" (`rename=False` keeps the names as they
+    are and reuses the tensor values: faster, names may repeat; no stage but tracing reads
+    them)."""
     if not graphs:
         raise ShapeError("chain needs at least one graph.")
     tensors: list[Tensor] = []
     ops: list[Op] = []
-    prev_out = -1
-    first_in = -1
+    prev_out = first_in = -1
     for k, g in enumerate(graphs):
         if len(g.inputs) != 1 or len(g.outputs) != 1:
             raise ShapeError(f"chain needs one input and one output per graph; graph {k} "
                              f"({g.name}) has {len(g.inputs)} and {len(g.outputs)}.")
         (gin,), (gout,) = g.inputs, g.outputs
-        ids: dict[int, int] = {-1: -1}
-        if k:
-            want, got = tensors[prev_out].shape, g.tensors[gin].shape
-            if want != got:
-                raise ShapeError(f"chain: graph {k} ({g.name}) takes {got} but the graph "
-                                 f"before it gives {want}.")
+        if k and tensors[prev_out].shape != g.tensors[gin].shape:
+            raise ShapeError(f"chain: graph {k} ({g.name}) takes {g.tensors[gin].shape} but "
+                             f"the graph before it gives {tensors[prev_out].shape}.")
+        base = len(tensors)
+        # tensor i -> base + i, less one past a dropped input; the input -> what came before
+        drop = k > 0
+        ids = [base + i - (drop and i > gin) for i in range(len(g.tensors))]
+        if drop:
             ids[gin] = prev_out
-        for i, t in enumerate(g.tensors):
-            if i in ids:
-                continue
-            ids[i] = len(tensors)
-            tensors.append(Tensor(f"b{k}/{t.name}", t.shape, t.dtype, t.quantization,
-                                  t.is_constant, t.value))
+        ids.append(-1)                     # ids[-1]: an absent optional input stays -1
+        kept = g.tensors if not drop else g.tensors[:gin] + g.tensors[gin + 1:]
+        if rename:
+            kept = [Tensor(f"b{k}/{t.name}", t.shape, t.dtype, t.quantization, t.is_constant,
+                           t.value) for t in kept]
+        tensors.extend(kept)
         if not k:
             first_in = ids[gin]
-        ops.extend(Op(op.type, tuple(ids[t] for t in op.inputs),
-                      tuple(ids[t] for t in op.outputs), op.attrs) for op in g.ops)
+        ops.extend([_op(op.type, tuple([ids[t] for t in op.inputs]),
+                        tuple([ids[t] for t in op.outputs]), op.attrs) for op in g.ops])
         prev_out = ids[gout]
     return Graph(tuple(tensors), tuple(ops), (first_in,), (prev_out,), name)
+
+
+def _op(kind: str, inputs: tuple[int, ...], outputs: tuple[int, ...], attrs: tuple) -> Op:
+    """Op(kind, inputs, outputs, attrs) without the frozen dataclass's per-field setattr (a
+    supernet loop chains hundreds of thousands of ops; the values are the same)."""
+    op = object.__new__(Op)
+    op.__dict__.update(type=kind, inputs=inputs, outputs=outputs, attrs=attrs)
+    return op

@@ -143,6 +143,7 @@ class Lowering:
         self.env: dict[str, Any] = {}
         self.node: Any = None
         self.folded: dict[str, Any] = {}        # conv/linear node name -> its batch norm node
+        self.origin: dict[int, Any] = {}        # graph tensor id -> the node whose value it is
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -169,6 +170,8 @@ class Lowering:
                 outputs = list(_flatten(n.args[0]))
             elif n.target is operator.getitem:
                 self.env[n.name] = self.env[n.args[0].name][n.args[1]]
+                if isinstance(self.env[n.name], Val):
+                    self.origin[self.env[n.name].tid] = n
             else:
                 name = op_name(n)
                 if name in SKIP or name.startswith("_assert"):
@@ -184,6 +187,8 @@ class Lowering:
                         f"from_torch has no TFLite lowering for aten.{name} (from "
                         f"{module_path(n)}).")
                 self.env[n.name] = self._checked(n, handler(self, n, args, kwargs))
+                if isinstance(self.env[n.name], Val):
+                    self.origin[self.env[n.name].tid] = n
         outs = [self.env.get(o.name) if hasattr(o, "name") else None for o in outputs]
         if not outs or not all(isinstance(v, Val) for v in outs):
             raise UnsupportedModelError("from_torch needs a module whose outputs are tensors "

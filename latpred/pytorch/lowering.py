@@ -215,9 +215,53 @@ def relu6(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
     return _same(args[0], lw.b.relu6(_like(lw, args[0]).tid, name=n.name), lw)
 
 
+def fold_affine(lw: Lowering, v: Any, const: Any, kind: str) -> bool:
+    """Fold `v` (+, -, *, /) a per-channel or scalar constant into the CONV_2D,
+    DEPTHWISE_CONV_2D or FULLY_CONNECTED that just produced it, when nothing else reads it
+    (the TFLite converter's fuse-add/mul-into-affine patterns). True when folded."""
+    ops = lw.b._ops
+    if not isinstance(v, Val) or isinstance(const, Val) or not ops:
+        return False
+    prod, node = ops[-1], lw.origin.get(v.tid)
+    if prod.outputs != (v.tid,) or prod.activation != "NONE" or node is None \
+            or len(node.users) != 1 or prod.type not in ("CONV_2D", "DEPTHWISE_CONV_2D",
+                                                          "FULLY_CONNECTED"):
+        return False
+    c = lw.b.shape(v.tid)[-1]
+    arr = np.asarray(const.detach().numpy() if isinstance(const, torch.Tensor) else const,
+                     dtype=np.float64)
+    if arr.ndim > v.rank:
+        return False
+    arr = arr.reshape((1,) * (v.rank - arr.ndim) + arr.shape).transpose(v.perm)
+    if any(d != 1 for d in arr.shape[:-1]) or arr.shape[-1] not in (1, c):
+        return False
+    vec = np.broadcast_to(arr.reshape(-1), (c,))
+    names = [lw.b._tensors[t].name if t >= 0 else None for t in prod.inputs]
+    bias = lw.data[names[2]].astype(np.float64) if len(names) > 2 and names[2] else np.zeros(c)
+    if kind in ("ADD", "SUB"):
+        bias = bias + (vec if kind == "ADD" else -vec)
+    else:
+        scale = vec if kind == "MUL" else 1.0 / vec
+        w = lw.data[names[1]].astype(np.float64)
+        axis = w.ndim - 1 if prod.type == "DEPTHWISE_CONV_2D" else 0
+        lw.data[names[1]] = (w * scale.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
+                             ).astype(np.float32)
+        bias = bias * scale
+    if len(names) > 2 and names[2]:
+        lw.data[names[2]] = bias.astype(np.float32)
+    else:
+        tid = lw.constant(bias, f"{names[1].rsplit('/', 1)[0]}/bias")
+        ops[-1] = type(prod)(prod.type, (prod.inputs[0], prod.inputs[1], tid), prod.outputs,
+                             prod.attrs)
+    return True
+
+
 def hardsigmoid(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
     x = _like(lw, args[0])
-    y = lw.b.add(x.tid, lw.operand(3.0, x).tid, activation="RELU6", name=f"{n.name}/add")
+    if fold_affine(lw, x, 3.0, "ADD"):       # conv bias + 3, RELU6 fused: CONV_2D, MUL
+        y = lw.b.relu6(x.tid, name=f"{n.name}/relu6")
+    else:
+        y = lw.b.add(x.tid, lw.operand(3.0, x).tid, activation="RELU6", name=f"{n.name}/add")
     return _same(x, lw.b.mul(y, lw.operand(1.0 / 6.0, x).tid, name=n.name), lw)
 
 
@@ -255,6 +299,11 @@ def _binary(op_type: str) -> Handler:
             a, c, kind = c, a, "SUB"
         vals = [v for v in (a, c) if isinstance(v, Val)]
         like = max(vals, key=lambda v: v.rank)
+        if op_name(n) != "rsub" and len(vals) == 1 and kind != "DIV" or kind == "DIV" and \
+                isinstance(a, Val) and not isinstance(c, Val):
+            v, k = (a, c) if isinstance(a, Val) else (c, a)
+            if (kind != "SUB" or v is a) and fold_affine(lw, v, k, kind):
+                return lw.val(v.tid, lw.out_shape(), v.perm)
         x, y = lw.operand(a, like), lw.operand(c, like)
         tid = lw.b._binary(kind, kind.lower(), x.tid, y.tid, "NONE", n.name)
         return lw.val(tid, lw.out_shape(), like.perm)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -102,6 +103,17 @@ def view(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
     x = _like(lw, args[0])
     new = lw.out_shape()
     plan = plan_view(x.shape, x.perm, new)
+    ops = lw.b._ops
+    if plan.mid == x.perm and ops and ops[-1].type == "MEAN" and ops[-1].outputs == (x.tid,) \
+            and ops[-1].attr("keep_dims") and len(n.args[0].users) == 1:
+        mean = ops[-1]
+        axes = set(lw.b._tensors[mean.inputs[1]].value or ())
+        squeezed = tuple(d for i, d in enumerate(lw.b.shape(mean.inputs[0])) if i not in axes)
+        if squeezed == plan.out_shape:   # the converter folds the reshape into the MEAN
+            lw.b._tensors[x.tid] = replace(lw.b._tensors[x.tid], shape=squeezed)
+            ops[-1] = type(mean)(mean.type, mean.inputs, mean.outputs,
+                                 tuple(sorted({**mean.attr_dict, "keep_dims": False}.items())))
+            return lw.val(x.tid, new, plan.out_perm)
     if plan.mid != x.perm:
         x = lw.to_layout(x, plan.mid)
     tid = x.tid if lw.b.shape(x.tid) == plan.out_shape else \

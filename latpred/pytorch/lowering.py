@@ -7,7 +7,7 @@ node's value. What each writes is what the converters write for the same layer:
 - conv2d/convolution: CONV_2D (groups kept), DEPTHWISE_CONV_2D when groups == input channels;
   SAME when TFLite's implicit padding equals torch's, VALID for none, else PAD + VALID.
 - batch norm after a convolution or linear layer used once: folded; elsewhere MUL + ADD.
-- linear/addmm/mm: FULLY_CONNECTED (keep_num_dims on rank > 2 inputs).
+- linear/addmm/mm: FULLY_CONNECTED with keep_num_dims (litert-torch sets it on 2-D inputs too).
 - relu/relu6/hardtanh(0, 6) -> RELU/RELU6 (fused into the producer by the builder), hardswish ->
   HARD_SWISH, hardsigmoid -> ADD(3, RELU6) + MUL(1/6), silu -> LOGISTIC + MUL, gelu -> GELU.
 - adaptive average pool to 1x1 -> MEAN(keep_dims); to a divisor -> AVERAGE_POOL_2D; max pools
@@ -157,7 +157,7 @@ def _dense(lw: Lowering, n: Any, x: Any, w: Any, bias: Any) -> Val:
     if x.perm[-1] != last:
         x = lw.to_layout(x, tuple(a for a in x.perm if a != last) + (last,))
     y = lw.b.fully_connected(x.tid, int(w.shape[0]), bias=bias is not None,
-                             keep_num_dims=x.rank > 2, name=n.name)
+                             keep_num_dims=True, name=n.name)   # as litert-torch writes it
     ins = lw.last_inputs()
     lw.set_data(ins[1], w)
     if bias is not None:

@@ -383,7 +383,9 @@ def test_properties_on_random_graphs(graph):
                     if strict:
                         assert _readers(graph, t) == 1, (target, k)
         if target in CPU_TARGETS:
-            assert len(kernels) == len(graph.ops) and all(k.device == "cpu" for k in kernels)
+            # One op per kernel, but for a zero PAD folded into the convolution after it.
+            assert all(k.device == "cpu" for k in kernels)
+            assert all(len(k.ops) == 1 or graph.ops[k.ops[1]].type == "PAD" for k in kernels)
 
 
 def test_deduction_is_the_same_after_a_tflite_round_trip(tmp_path):
@@ -394,3 +396,32 @@ def test_deduction_is_the_same_after_a_tflite_round_trip(tmp_path):
         for target in (ADRENO, MALI, NVIDIA, "host/cpu/fp32/t1"):
             assert [(k.type, k.ops, k.device) for k in deduce(back, target)] == \
                 [(k.type, k.ops, k.device) for k in deduce(graph, target)]
+
+
+def test_xnnpack_folds_a_zero_pad_into_the_convolution_after_it():
+    # Keras's ZeroPadding2D + VALID strided convolution: one XNNPACK node (xnn_subgraph_fusion);
+    # the TFLite 2.9 CPU rules keep the PAD as its own kernel, and a PAD read twice stays too.
+    from latpred.builder import GraphBuilder
+    from latpred.features import kernel_features
+
+    b = GraphBuilder()
+    x = b.input((1, 16, 16, 8))
+    p = b.pad(x, ((0, 1), (0, 1)))
+    y = b.conv2d(p, 8, 3, stride=2, padding="VALID")
+    z = b.depthwise_conv2d(b.pad(y, 1), 3, padding="VALID")
+    b.output(z)
+    g = b.build()
+    kernels = deduce(g, "host/cpu/fp32/t1")
+    assert [k.type for k in kernels] == ["conv2d", "dwconv2d"]
+    assert [len(k.ops) for k in kernels] == [2, 2] and "folded" in kernels[0].rule
+    assert sorted(i for k in kernels for i in k.ops) == list(range(len(g.ops)))
+    # Its features are the convolution's own, as when the PAD was a kernel of its own.
+    alone = deduce(g, "pixel4/cpu/fp32/1L")
+    assert [k.type for k in alone] == ["pad", "conv2d", "pad", "dwconv2d"]
+    assert kernel_features(g, kernels[0], "host/cpu/fp32/t1") == \
+        kernel_features(g, alone[1], "host/cpu/fp32/t1")
+    b2 = GraphBuilder()
+    x = b2.input((1, 8, 8, 4))
+    p = b2.pad(x, 1)
+    b2.output(b2.conv2d(p, 4, 3, padding="VALID"), b2.relu(p))
+    assert "pad" in [k.type for k in deduce(b2.build(), "host/cpu/fp32/t1")]

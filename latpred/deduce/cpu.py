@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from latpred.deduce.kernel import Kernel
-from latpred.deduce.optypes import channelwise, kernel_type
+from latpred.deduce.optypes import channelwise, kernel_type, spatial_zero_pad
 from latpred.deduce.rulesets import CpuRuleSet
 from latpred.graph import Graph
 
@@ -27,9 +27,36 @@ def cpu_kernel(graph: Graph, index: int, rules: CpuRuleSet, why: str = "") -> Ke
 
 
 def deduce_cpu(graph: Graph, rules: CpuRuleSet) -> list[Kernel]:
-    """Every operation of `graph`, in execution order, as one CPU kernel."""
-    return [_kernel(_cpu_type(graph, op, rules), i, op.type, rules, "")
-            for i, op in enumerate(graph.ops)]
+    """Every operation of `graph`, in execution order, as one CPU kernel (a zero PAD that the
+    runtime folds into the convolution after it belongs to that convolution's kernel)."""
+    folded = _folded_pads(graph) if rules.fuses_pad else {}
+    if not folded:
+        return [_kernel(_cpu_type(graph, op, rules), i, op.type, rules, "")
+                for i, op in enumerate(graph.ops)]
+    skip = set(folded.values())
+    return [_kernel(_cpu_type(graph, op, rules), i, op.type, rules, "") if i not in folded
+            else _with_pad(_cpu_type(graph, op, rules), i, folded[i], op.type, rules)
+            for i, op in enumerate(graph.ops) if i not in skip]
+
+
+def _folded_pads(graph: Graph) -> dict[int, int]:
+    """Convolution op -> the zero PAD of H/W it reads and nothing else reads."""
+    folded = {}
+    for i, op in enumerate(graph.ops):
+        if op.type != "PAD" or not spatial_zero_pad(graph, op) or op.outputs[0] in graph.outputs:
+            continue
+        readers = graph.consumers_of(op.outputs[0])
+        if len(readers) == 1 and graph.ops[readers[0]].type in ("CONV_2D", "DEPTHWISE_CONV_2D") \
+                and graph.ops[readers[0]].inputs[0] == op.outputs[0]:
+            folded[readers[0]] = i
+    return folded
+
+
+@lru_cache(maxsize=1 << 12)
+def _with_pad(ktype: str, index: int, pad: int, op_type: str, rules: CpuRuleSet) -> Kernel:
+    k = _kernel(ktype, index, op_type, rules, "")
+    return Kernel(ktype, (index, pad), "cpu", f"{k.rule}; the zero PAD before it is folded into "
+                  "its padding (XNNPACK subgraph fusion)", k.multithreaded)
 
 
 def _cpu_type(graph: Graph, op, rules: CpuRuleSet) -> str:

@@ -23,7 +23,7 @@ from latpred.deduce.cpu import cpu_kernel
 from latpred.deduce.fusion import GpuNode, merge_elementwise_nodes, merge_nodes
 from latpred.deduce.gpu_support import unsupported_reason
 from latpred.deduce.kernel import Kernel
-from latpred.deduce.optypes import bhwc, kernel_type
+from latpred.deduce.optypes import bhwc, kernel_type, spatial_zero_pad
 from latpred.deduce.rulesets import CPU_RULES, GPU_RULES, GpuRuleSet
 from latpred.errors import ShapeError
 from latpred.graph import Graph
@@ -168,7 +168,7 @@ class _Lowering:
         g, merged = self.graph, {}
         for i in self.ops:
             op = g.ops[i]
-            if op.type not in ("PAD", "PADV2") or not _spatial_zero_pad(g, op):
+            if op.type not in ("PAD", "PADV2") or not spatial_zero_pad(g, op):
                 continue
             users = g.consumers_of(op.outputs[0])
             if len(users) != 1 or users[0] not in self.opset or op.outputs[0] in g.outputs:
@@ -263,16 +263,6 @@ def _select_conv(geom: cs.ConvGeom, gpu: GpuSpec, rules: GpuRuleSet) -> cs.ConvC
     # NAS graphs repeat the same convolution shapes: the choice is a pure function of them.
     return cs.select_conv(geom, gpu, rules.winograd, rules.label, rules.conv_as_fc,
                           rules.grouped_as_depthwise)
-
-
-def _spatial_zero_pad(graph: Graph, op) -> bool:
-    """A PAD of zeros over height and width only (PADV2 with a constant value is not merged)."""
-    if op.type == "PADV2" or len(op.inputs) < 2 or len(graph.tensors[op.inputs[0]].shape) != 4:
-        return False
-    paddings = graph.tensors[op.inputs[1]].value
-    if paddings is None or len(paddings) != 8:
-        return False
-    return paddings[0] == paddings[1] == paddings[6] == paddings[7] == 0
 
 
 def _global_pool(graph: Graph, op) -> bool:

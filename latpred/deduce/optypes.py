@@ -74,3 +74,13 @@ def bhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
     if len(shape) == 1:
         return (shape[0], 1, 1, 1)
     return shape if shape else (1, 1, 1, 1)
+
+
+def spatial_zero_pad(graph: Graph, op: Op) -> bool:
+    """A PAD of zeros over height and width only (PADV2 with a constant value is not merged)."""
+    if op.type == "PADV2" or len(op.inputs) < 2 or len(graph.tensors[op.inputs[0]].shape) != 4:
+        return False
+    paddings = graph.tensors[op.inputs[1]].value
+    if paddings is None or len(paddings) != 8:
+        return False
+    return paddings[0] == paddings[1] == paddings[6] == paddings[7] == 0

@@ -52,6 +52,11 @@ class CpuRuleSet:
     # create_convolution2d_nhwc picks its dwconv microkernels when group_input_channels == 1,
     # group_output_channels == 1 and groups > 1 (google/XNNPACK src/operators/convolution-nhwc.c).
     channelwise_as_depthwise: bool = False
+    # A zero PAD of height/width read only by a convolution is folded into the convolution's
+    # padding: XNNPACK's xnn_subgraph_fusion (google/XNNPACK src/subgraph.c) turns static
+    # constant pad + convolution_2d / depthwise_convolution_2d into one node, so the PAD costs
+    # nothing (the in-context profiler reads 0 for it).
+    fuses_pad: bool = False
 
 
 GPU_RULES: dict[str, GpuRuleSet] = {
@@ -93,7 +98,7 @@ CPU_RULES: dict[str, CpuRuleSet] = {
             "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "GELU", "SOFTMAX", "PAD", "CONCATENATION",
             "SPLIT", "TRANSPOSE", "RESIZE_BILINEAR", "QUANTIZE", "DEQUANTIZE", "ABS", "NEG",
             "SQRT", "SQUARE", "RSQRT", "EXP", "PRELU"}),
-        channelwise_as_depthwise=True),
+        channelwise_as_depthwise=True, fuses_pad=True),
 }
 
 

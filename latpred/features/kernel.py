@@ -125,7 +125,9 @@ def kernel_features(graph: Graph, kernel: Kernel, target: Any = None) -> Feature
     complete = _COMPLETE.get(kernel.type)
     if complete is not None:
         complete(graph, graph.ops[ops[0]], f)
-    if len(ops) == 1:   # every CPU kernel: the fast path
+    # Every CPU kernel: the fast path (its only extra op is a zero PAD the runtime folds into
+    # the convolution's padding, which adds no work: the convolution's own figures stand).
+    if len(ops) == 1 or kernel.device == "cpu":
         f["n_fused_ops"] = f["n_fused_elementwise"] = f["fused_bytes_read"] = 0
         f["fused_activation"] = int(graph.ops[ops[0]].attr_dict.get("activation", "NONE")
                                     != "NONE")

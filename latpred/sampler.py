@@ -56,6 +56,13 @@ class SearchSpace:
     head_channels: tuple[int, ...]
     classes: int
     softmax: bool
+    # Model-family scaling, as MobileNet and EfficientNet scale (optional; empty: the fixed
+    # `input` and channel ranges): an input resolution and a width multiplier drawn per model,
+    # and a FLOPs budget a draw must fit (redrawn from the same stream until it does).
+    resolutions: tuple[int, ...] = ()
+    widths: tuple[float, ...] = ()
+    max_flops: float | None = None
+    channel_multiple: int = 1
 
 
 def _fail(where: str, what: str) -> ConfigError:
@@ -74,6 +81,13 @@ def _odd(value: Any, where: str, key: str) -> tuple[int, ...]:
     if any(k % 2 == 0 for k in sizes):
         raise _fail(where, f"{key!r} must list odd kernel sizes (SAME padding stays centred)")
     return sizes
+
+
+def _positive(value: Any, where: str, key: str) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in value):
+        raise _fail(where, f"{key!r} must be a non-empty list of positive numbers")
+    return tuple(float(v) for v in value)
 
 
 def _bools(value: Any, where: str, key: str) -> tuple[bool, ...]:
@@ -115,7 +129,10 @@ _BLOCKS: dict[str, dict[str, tuple[Callable, tuple | None]]] = {
     "bottleneck": {"kernel": (_odd, None), "expansion": (_ints, None), "se": (_bools, (False,)),
                    "se_style": (_names(SE_STYLES), ()), "se_gate": (_names(SE_GATES), ()),
                    **_IDIOMS},
-    "pool": {"kind": (_names(POOL_KINDS), None), "size": (_ints, None)},
+    # pad "explicit": ZeroPadding2D then a VALID pool, as Keras's ResNet and NASNet write it
+    # (XNNPACK folds a PAD only into a convolution, so this PAD is a kernel of its own).
+    "pool": {"kind": (_names(POOL_KINDS), None), "size": (_ints, None),
+             "pad": (_names(PADS), ())},
     # ConvNeXt's block as Keras 3 writes it: a 7x7 CONV_2D with groups = channels, the
     # converter's LayerNormalization, Dense(expansion * C) on the NHWC tensor (the run-time
     # reshape chain around FULLY_CONNECTED), GELU, Dense(C), layer scale, residual ADD.
@@ -152,7 +169,8 @@ def _channels(value: Any, where: str, multiple: int) -> tuple[int, ...]:
 def parse_space(data: Any, where: str = "") -> SearchSpace:
     """Validate a space given as parsed YAML; raises ConfigError naming the first problem."""
     top = _mapping(data, where or "file", ("name", "input", "channel_multiple", "activation",
-                                           "stem", "stages", "blocks", "skip", "head"),
+                                           "stem", "stages", "blocks", "skip", "head",
+                                           "resolution", "width", "max_flops"),
                    ("name", "input", "stages", "blocks", "head"))
     name = top["name"]
     if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
@@ -185,7 +203,11 @@ def parse_space(data: Any, where: str = "") -> SearchSpace:
         name=name, input=shape, activation=activation, stem=stem, stages=stages, blocks=blocks,
         skip=_names(SKIPS)(top.get("skip", ["none"]), where, "skip"),
         head_channels=_channels(head["channels"], f"{where} head", multiple),
-        classes=_ints([head["classes"]], where, "head classes")[0], softmax=softmax)
+        classes=_ints([head["classes"]], where, "head classes")[0], softmax=softmax,
+        resolutions=_ints(top["resolution"], where, "resolution") if "resolution" in top else (),
+        widths=_positive(top["width"], where, "width") if "width" in top else (),
+        max_flops=_positive([top["max_flops"]], where, "max_flops")[0]
+        if "max_flops" in top else None, channel_multiple=multiple)
 
 
 def _stride(value: Any, where: str) -> int:
@@ -252,10 +274,53 @@ def sample_one(space: SearchSpace, seed: int, index: int) -> dict:
         value = options[int(rng.integers(len(options)))]
         return value.item() if isinstance(value, np.generic) else value
 
-    channels = space.stem[2] if space.stem else space.input[2]
+    for _ in range(_MAX_DRAWS):
+        arch = _draw(space, seed, index, pick)
+        if space.max_flops is None or _flops(arch) <= space.max_flops:
+            return arch
+    raise ConfigError(f"Search space {space.name}: no draw of {_MAX_DRAWS} fits max_flops "
+                      f"{space.max_flops:g}; raise it or narrow the space.")
+
+
+_MAX_DRAWS = 1000
+
+
+def _flops(arch: dict) -> float:
+    from latpred.features import op_features
+
+    graph = build_graph(arch)
+    return float(sum(op_features(graph, i)["flops"] for i in range(len(graph.ops))))
+
+
+def make_divisible(value: float, divisor: int) -> int:
+    """A scaled channel count as keras.applications rounds it (_make_divisible in
+    mobilenet_v2.py): the nearest multiple of `divisor`, never more than 10% below `value`."""
+    rounded = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * value else rounded
+
+
+def _draw(space: SearchSpace, seed: int, index: int, pick: Callable) -> dict:
+    """One draw of an architecture (the resolution and width first, when the space scales)."""
+    shape = list(space.input)
+    if space.resolutions:
+        shape[0] = shape[1] = pick(space.resolutions)
+    width = pick(space.widths) if space.widths else 1.0
+
+    def scale(options: tuple[int, ...]) -> tuple[int, ...]:
+        if width == 1.0:
+            return options
+        return tuple(sorted({make_divisible(c * width, space.channel_multiple)
+                             for c in options}))
+
+    stem = None if space.stem is None else dict(zip(("kernel", "stride", "channels"),
+                                                    space.stem))
+    if stem is not None:
+        stem["channels"] = scale((stem["channels"],))[0]
+    channels = stem["channels"] if stem else shape[2]
     layers: list[dict] = []
     pending = 0  # downsamplings a split block could not do, handed on to the next block
     for stage in space.stages:
+        stage_channels = scale(stage.channels)
         btype = pick(stage.blocks or tuple(space.blocks))
         # Choices that depend on the block's channels are drawn below, not here.
         params = {k: pick(v) for k, v in space.blocks[btype].items()
@@ -265,9 +330,9 @@ def sample_one(space: SearchSpace, seed: int, index: int) -> dict:
         elif btype == "conv":
             params["groups"], out = _groups_and_channels(
                 pick, params.pop("grouped"), space.blocks["conv"]["group_size"], channels,
-                stage.channels)
+                stage_channels)
         else:
-            out = pick(stage.channels)
+            out = pick(stage_channels)
         if btype == "split":  # one op per part, drawn now so every repeat shares them
             params["elementwise"] = [pick(space.blocks["split"]["elementwise"])
                                      for _ in range(params["parts"])]
@@ -280,13 +345,13 @@ def sample_one(space: SearchSpace, seed: int, index: int) -> dict:
                                  residual=skip == "identity" and stride == 1 and channels == out
                                  and btype != "convnext"))   # it has its own
             channels = out
-    return {"format": ARCH_FORMAT, "space": space.name, "seed": seed, "index": index,
-            "input": list(space.input), "activation": space.activation,
-            "stem": None if space.stem is None else dict(zip(("kernel", "stride", "channels"),
-                                                             space.stem)),
-            "blocks": layers,
-            "head": {"channels": pick(space.head_channels), "classes": space.classes,
+    arch = {"format": ARCH_FORMAT, "space": space.name, "seed": seed, "index": index,
+            "input": shape, "activation": space.activation, "stem": stem, "blocks": layers,
+            "head": {"channels": pick(scale(space.head_channels)), "classes": space.classes,
                      "softmax": space.softmax}}
+    if space.widths:
+        arch["width"] = width   # for the record: the channels above are already scaled
+    return arch
 
 
 def _groups_and_channels(pick: Callable, grouped: bool, sizes: tuple[int, ...], cin: int,
@@ -417,7 +482,12 @@ def _bottleneck(b, x: int, layer: dict, act: str, cin: int) -> int:
 
 def _pool(b, x: int, layer: dict, act: str, cin: int) -> int:
     pool = b.avg_pool if layer["kind"] == "avg" else b.max_pool
-    return pool(x, layer["size"], stride=layer["stride"], padding="SAME")
+    size = layer["size"]
+    if layer.get("pad", "same") == "explicit" and size > 1:   # ZeroPadding2D + VALID pool
+        side = (size - 1) // 2
+        x = b.pad(x, ((side, side), (side, side)))
+        return pool(x, size, stride=layer["stride"], padding="VALID")
+    return pool(x, size, stride=layer["stride"], padding="SAME")
 
 
 def _split(b, x: int, layer: dict, act: str, cin: int) -> int:

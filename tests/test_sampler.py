@@ -418,3 +418,73 @@ def test_convnext_block_is_the_converters_sequence():
 
     first_dw = next(i for i, op in enumerate(real.ops) if op.type == "CONV_2D" and i > 0)
     assert block(mine, 0) == block(real, first_dw)
+
+
+SCALED = SPACES / "converter_scaled.yaml"
+
+
+def test_make_divisible_rounds_as_keras_applications():
+    from latpred.sampler import make_divisible
+
+    # keras.applications.mobilenet_v2._make_divisible(v, 8): MobileNetV2 0.35's 32-channel stem
+    # is 16, 0.75's 24; 1.4's 1280-channel head is 1792; 0.35 of 24 is 8; never 10% below.
+    assert make_divisible(32 * 0.35, 8) == 16
+    assert make_divisible(32 * 0.75, 8) == 24
+    assert make_divisible(1280 * 1.4, 8) == 1792
+    assert make_divisible(24 * 0.35, 8) == 8
+    assert make_divisible(92, 8) == 96 and make_divisible(84, 8) == 88
+
+
+def test_scaled_space_draws_resolutions_widths_and_fits_its_flops_budget():
+    from latpred.sampler import _flops, load_space
+
+    space = load_space(SCALED)
+    archs = sample(space, 80, 3)
+    assert {a["input"][0] for a in archs} == set(space.resolutions)
+    assert {a["width"] for a in archs} == set(space.widths)
+    assert all(_flops(a) <= space.max_flops for a in archs)
+    for a in archs:   # every channel count is the scaled one, a multiple of 8
+        assert a["stem"]["channels"] % 8 == 0 and a["head"]["channels"] % 8 == 0
+        assert all(b.get("channels", 8) % 8 == 0 for b in a["blocks"])
+    thin = [a for a in archs if a["width"] == 0.25]
+    wide = [a for a in archs if a["width"] == 3.0]
+    assert max(b.get("channels", 0) for a in thin for b in a["blocks"]) <= 80
+    assert max(b.get("channels", 0) for a in wide for b in a["blocks"]) > 320
+    # Deterministic in (space, seed, index), redraws included.
+    assert sample(space, 80, 3) == archs
+
+
+def test_scaled_space_pools_may_be_zero_padded_and_valid():
+    graphs = [build_graph(a) for a in sample(SCALED, 80, 0)]
+    padded_pools = [op for g in graphs for op in g.ops
+                    if op.type in ("MAX_POOL_2D", "AVERAGE_POOL_2D")
+                    and op.attr("padding") == "VALID"
+                    and any(p.type == "PAD" and op.inputs[0] in p.outputs for p in g.ops)]
+    assert padded_pools
+
+
+def test_a_flops_budget_nothing_fits_is_one_clear_error():
+    from latpred.sampler import load_space
+    import dataclasses
+
+    space = dataclasses.replace(load_space(SCALED), max_flops=1.0)
+    with pytest.raises(ConfigError, match="max_flops"):
+        sample(space, 1, 0)
+
+
+def test_spaces_without_scaling_sample_as_before():
+    # converter_cnn has no resolution/width keys: its draws keep the fixed input, no "width".
+    archs = sample(CONVERTER, 20, 0)
+    assert all(a["input"] == [192, 192, 3] and "width" not in a for a in archs)
+
+
+@pytest.mark.parametrize("dataset, space", [("host-cpu-converter", "converter_cnn"),
+                                            ("host-cpu-synthetic", "synthetic_cnn")])
+def test_shipped_datasets_are_still_the_samplers_draws(dataset, space):
+    import pandas as pd
+
+    rows = pd.read_parquet(Path(__file__).parents[1] / "datasets" / dataset / "models.parquet",
+                           columns=["arch"])
+    archs = [json.loads(a) for a in rows["arch"][:30]]
+    drawn = sample(SPACES / f"{space}.yaml", max(a["index"] for a in archs) + 1, archs[0]["seed"])
+    assert all(drawn[a["index"]] == a for a in archs)

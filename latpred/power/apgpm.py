@@ -1,0 +1,338 @@
+"""APGPM: counter-based GPU power models with automatically chosen counters.
+
+The method of Dash, Hu and Jindal (papers/apgpm-pmc-power-model-mobile-gpu.md, section 4.5),
+on any table of per-workload counter event rates and measured power:
+
+1. Candidates. Counters that never vary are dropped. Optionally (section 4.3) each counter
+   whose Pearson correlation with power is negative and significant (p < 0.05) gets an
+   *inverted* copy 1 / (x + eps) and (section 4.4, 5.3) the `combine_top` counters most
+   correlated with power give *pairwise combined* counters: every product and ratio.
+2. Interdependence and clustering (4.5.1). Each candidate's rates are normalized
+   ((x - mean) / std); the interdependence of two counters is the Euclidean distance between
+   their normalized rate vectors (sqrt(2 n (1 - r)), r their Pearson correlation), and the
+   counters are clustered by scipy's agglomerative clustering with Ward linkage, cut at
+   `distance_factor` x the number of samples (0.05 in the paper).
+3. Representatives (4.5.2). In each cluster, a one-counter linear regression of power on each
+   member; the best R^2 is the cluster importance and its counter the representative.
+4. Significant clusters (4.5.2). Clusters in descending importance; the first joins the set;
+   for each next cluster, each member is tried beside the set's representatives (multi-variable
+   linear regression) and the best one kept; the cluster joins when the set's score improves
+   (by more than `add_gain`: 0 is the paper's rule, which lets noise counters in by gains of
+   1e-5; the default 0.001 keeps them out).
+   The search stops when the score has not grown by `min_gain` in `patience` clusters in a row.
+   The score is the adjusted R^2 of the training fit (`criterion="adjusted"`) or the R^2 of
+   `folds`-fold cross-validated predictions (`"heldout"`); the paper's plain R^2 always grows.
+5. The power model: ordinary least squares on the chosen representatives.
+
+Baselines on the same data (section 5.5): `UtilFreqModel` (power linear in utilization, one
+fit per frequency, eq. 1), `AllCountersModel` (one regression on every counter), `TopKModel`
+(the k counters most correlated with power). scikit-learn's LinearRegression fits them all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+
+def usable(X: pd.DataFrame) -> pd.DataFrame:
+    """The columns of `X` that are finite everywhere and vary (float64)."""
+    X = X.apply(pd.to_numeric, errors="coerce").astype(float)
+    X = X.loc[:, np.isfinite(X.to_numpy()).all(axis=0)]
+    return X.loc[:, X.std(ddof=0).to_numpy() > 1e-12 * (1 + X.abs().max().to_numpy())]
+
+
+def correlations(X: pd.DataFrame, y) -> pd.DataFrame:
+    """Pearson r and its two-sided p-value of each column with `y` (scipy.stats.pearsonr)."""
+    from scipy.stats import pearsonr
+
+    y = np.asarray(y, float)
+    rows = {c: pearsonr(X[c].to_numpy(), y) for c in X.columns}
+    return pd.DataFrame({"r": {c: v.statistic for c, v in rows.items()},
+                         "p": {c: v.pvalue for c, v in rows.items()}})
+
+
+def interdependence(X: pd.DataFrame) -> pd.DataFrame:
+    """The paper's counter-counter distance: Euclidean distance of the normalized rates."""
+    Z = _normalize(X.to_numpy())
+    sq = (Z * Z).sum(axis=0)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2 * Z.T @ Z, 0.0)
+    return pd.DataFrame(np.sqrt(d2), index=X.columns, columns=X.columns)
+
+
+def _normalize(A: np.ndarray) -> np.ndarray:
+    sd = A.std(axis=0)
+    return (A - A.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+
+
+def candidates(X: pd.DataFrame, y, inverted: bool = False, combine_top: int = 0,
+               eps: float = 1e-9) -> pd.DataFrame:
+    """Usable counters, plus inverted and pairwise-combined ones when asked (module doc, 1)."""
+    X = usable(X)
+    extra = {}
+    if inverted or combine_top:
+        corr = correlations(X, y)
+    if inverted:
+        neg = corr.index[(corr["r"] < 0) & (corr["p"] < 0.05)]
+        for c in neg:
+            extra[f"inv({c})"] = 1.0 / (X[c].to_numpy() + eps * (1 + X[c].abs().max()))
+    if combine_top:
+        top = corr["r"].abs().sort_values(ascending=False).index[:combine_top]
+        for i, a in enumerate(top):
+            for b in top[i + 1:]:
+                xa, xb = X[a].to_numpy(), X[b].to_numpy()
+                extra[f"{a}*{b}"] = xa * xb
+                extra[f"{a}/{b}"] = xa / (xb + eps * (1 + np.abs(xb).max()))
+                extra[f"{b}/{a}"] = xb / (xa + eps * (1 + np.abs(xa).max()))
+    if extra:
+        X = usable(pd.concat([X, pd.DataFrame(extra, index=X.index)], axis=1))
+    return X
+
+
+def cluster(X: pd.DataFrame, distance_factor: float = 0.05) -> np.ndarray:
+    """Cluster labels (1..k) of X's columns: Ward linkage on the normalized rates, cut at
+    `distance_factor` x number of samples (scipy.cluster.hierarchy)."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    if X.shape[1] == 1:
+        return np.ones(1, dtype=int)
+    Z = _normalize(X.to_numpy()).T
+    link = linkage(Z, method="ward")
+    return fcluster(link, t=distance_factor * X.shape[0], criterion="distance")
+
+
+def _lstsq_pred(A: np.ndarray, y: np.ndarray, B: np.ndarray) -> np.ndarray:
+    A1 = np.column_stack([np.ones(len(A)), A])
+    coef, *_ = np.linalg.lstsq(A1, y, rcond=None)
+    return np.column_stack([np.ones(len(B)), B]) @ coef
+
+
+def _r2(y: np.ndarray, pred: np.ndarray) -> float:
+    ss = ((y - y.mean()) ** 2).sum()
+    return 1.0 - ((y - pred) ** 2).sum() / ss if ss > 0 else 0.0
+
+
+@dataclass
+class _Scorer:
+    y: np.ndarray
+    criterion: str
+    folds: int
+    seed: int
+    splits: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.criterion not in ("adjusted", "heldout", "r2"):
+            raise ValueError(f"criterion must be adjusted, heldout or r2, not {self.criterion!r}")
+        rng = np.random.default_rng(self.seed)
+        order = rng.permutation(len(self.y))
+        self.splits = [order[k::self.folds] for k in range(self.folds)]
+
+    def __call__(self, A: np.ndarray) -> float:
+        y, n, p = self.y, len(self.y), A.shape[1]
+        if self.criterion == "heldout":
+            pred = np.empty(n)
+            for test in self.splits:
+                train = np.setdiff1d(np.arange(n), test)
+                pred[test] = _lstsq_pred(A[train], y[train], A[test])
+            return _r2(y, pred)
+        r2 = _r2(y, _lstsq_pred(A, y, A))
+        if self.criterion == "r2":
+            return r2
+        return 1 - (1 - r2) * (n - 1) / (n - p - 1) if n - p - 1 > 0 else -math.inf
+
+
+class APGPM:
+    """The APGPM power model (see the module docstring); scikit-learn's fit/predict contract
+    on a DataFrame of counter event rates."""
+
+    def __init__(self, distance_factor: float = 0.05, criterion: str = "adjusted",
+                 min_gain: float = 0.01, patience: int = 5, add_gain: float = 0.001,
+                 inverted: bool = False,
+                 combine_top: int = 0, folds: int = 5, seed: int = 0):
+        self.distance_factor = distance_factor
+        self.criterion = criterion
+        self.min_gain = min_gain
+        self.patience = patience
+        self.add_gain = add_gain
+        self.inverted = inverted
+        self.combine_top = combine_top
+        self.folds = folds
+        self.seed = seed
+
+    def fit(self, X: pd.DataFrame, y) -> "APGPM":
+        from sklearn.linear_model import LinearRegression
+
+        y = np.asarray(y, float)
+        C = candidates(X, y, self.inverted, self.combine_top)
+        if C.shape[1] == 0:
+            raise ValueError("No counter varies across the samples.")
+        self.n_counters_ = usable(X).shape[1]
+        self.n_candidates_ = C.shape[1]
+        labels = cluster(C, self.distance_factor)
+        A = C.to_numpy()
+        one = {}
+        for j, c in enumerate(C.columns):
+            one[c] = _r2(y, _lstsq_pred(A[:, [j]], y, A[:, [j]]))
+        clusters: dict[int, list[str]] = {}
+        for c, lab in zip(C.columns, labels):
+            clusters.setdefault(int(lab), []).append(c)
+        table = []
+        for lab, members in clusters.items():
+            rep = max(members, key=lambda c: one[c])
+            table.append({"cluster": lab, "size": len(members), "importance": one[rep],
+                          "representative": rep, "members": members})
+        table.sort(key=lambda t: -t["importance"])
+        score = _Scorer(y, self.criterion, self.folds, self.seed)
+        col = {c: j for j, c in enumerate(C.columns)}
+        chosen = [table[0]["representative"]]
+        best = score(A[:, [col[chosen[0]]]])
+        path = [{"cluster": table[0]["cluster"], "counter": chosen[0], "score": best,
+                 "added": True}]
+        stale = 0
+        for t in table[1:]:
+            base = [col[c] for c in chosen]
+            trial = {c: score(A[:, base + [col[c]]]) for c in t["members"]}
+            c_best = max(trial, key=trial.get)
+            gain = trial[c_best] - best
+            added = bool(gain > self.add_gain)
+            path.append({"cluster": t["cluster"], "counter": c_best, "score": trial[c_best],
+                         "added": added})
+            if added:
+                chosen.append(c_best)
+                best = trial[c_best]
+            stale = 0 if gain >= self.min_gain else stale + 1
+            if stale >= self.patience:
+                break
+        self.clusters_ = table
+        self.path_ = path
+        self.counters_ = chosen
+        self.score_ = best
+        self.linear_ = LinearRegression().fit(C[chosen].to_numpy(), y)
+        self._columns = list(C.columns)
+        self._base = [c for c in _base_counters(chosen)]
+        return self
+
+    def transform(self, X: pd.DataFrame) -> np.ndarray:
+        """The chosen representatives of X (computing inverted / combined ones)."""
+        return np.column_stack([_counter_values(X, c) for c in self.counters_])
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return self.linear_.predict(self.transform(X))
+
+    @property
+    def counters_used_(self) -> list[str]:
+        """The raw counters the model reads (a combined one reads two)."""
+        return self._base
+
+    def summary(self) -> dict:
+        return {"n_counters": self.n_counters_, "n_candidates": self.n_candidates_,
+                "n_clusters": len(self.clusters_), "n_significant": len(self.counters_),
+                "representatives": self.counters_, "counters_used": self.counters_used_,
+                "score": self.score_, "criterion": self.criterion,
+                "coef": dict(zip(self.counters_, self.linear_.coef_.tolist())),
+                "intercept": float(self.linear_.intercept_)}
+
+
+def _base_counters(names: list[str]) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        for part in _parts(n):
+            if part not in out:
+                out.append(part)
+    return out
+
+
+def _parts(name: str) -> list[str]:
+    if name.startswith("inv(") and name.endswith(")"):
+        return [name[4:-1]]
+    for op in ("*", "/"):
+        if op in name:
+            a, b = name.split(op, 1)
+            return [a, b]
+    return [name]
+
+
+def _counter_values(X: pd.DataFrame, name: str, eps: float = 1e-9) -> np.ndarray:
+    if name in X.columns:
+        return X[name].to_numpy(float)
+    if name.startswith("inv(") and name.endswith(")"):
+        x = X[name[4:-1]].to_numpy(float)
+        return 1.0 / (x + eps * (1 + np.abs(x).max()))
+    a, b = _parts(name)
+    xa, xb = X[a].to_numpy(float), X[b].to_numpy(float)
+    if "*" in name:
+        return xa * xb
+    return xa / (xb + eps * (1 + np.abs(xb).max()))
+
+
+class AllCountersModel:
+    """Baseline: one linear regression on every usable counter (the paper's All-PMC)."""
+
+    def fit(self, X: pd.DataFrame, y) -> "AllCountersModel":
+        from sklearn.linear_model import LinearRegression
+
+        self.columns_ = list(usable(X).columns)
+        self.linear_ = LinearRegression().fit(X[self.columns_].to_numpy(float), y)
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return self.linear_.predict(X[self.columns_].to_numpy(float))
+
+
+class TopKModel:
+    """Baseline: linear regression on the k counters most correlated with power (k-top-PMC)."""
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def fit(self, X: pd.DataFrame, y) -> "TopKModel":
+        from sklearn.linear_model import LinearRegression
+
+        U = usable(X)
+        corr = correlations(U, y)["r"].abs().sort_values(ascending=False)
+        self.columns_ = list(corr.index[:self.k])
+        self.linear_ = LinearRegression().fit(U[self.columns_].to_numpy(), y)
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return self.linear_.predict(X[self.columns_].to_numpy(float))
+
+
+class UtilFreqModel:
+    """Baseline (paper eq. 1): power = beta_f * utilization + beta_0, one fit per frequency
+    (frequencies rounded to `bin_mhz`; a frequency seen fewer than `min_samples` times, or not
+    seen in training, uses the fit on every sample)."""
+
+    def __init__(self, bin_mhz: float = 50.0, min_samples: int = 5):
+        self.bin_mhz = bin_mhz
+        self.min_samples = min_samples
+
+    def _bins(self, freq) -> np.ndarray:
+        return np.round(np.asarray(freq, float) / self.bin_mhz).astype(int)
+
+    def fit(self, util, freq, y) -> "UtilFreqModel":
+        from sklearn.linear_model import LinearRegression
+
+        u, b, y = np.asarray(util, float).reshape(-1, 1), self._bins(freq), np.asarray(y, float)
+        self.pooled_ = LinearRegression().fit(u, y)
+        self.per_freq_ = {int(k): LinearRegression().fit(u[b == k], y[b == k])
+                          for k in np.unique(b) if (b == k).sum() >= self.min_samples}
+        return self
+
+    def predict(self, util, freq) -> np.ndarray:
+        u, b = np.asarray(util, float).reshape(-1, 1), self._bins(freq)
+        out = self.pooled_.predict(u)
+        for k, m in self.per_freq_.items():
+            if (b == k).any():
+                out[b == k] = m.predict(u[b == k])
+        return out
+
+
+def mape(y, pred) -> float:
+    """Mean absolute percentage error in % (sklearn.metrics)."""
+    from sklearn.metrics import mean_absolute_percentage_error
+
+    return 100.0 * mean_absolute_percentage_error(np.asarray(y, float), np.asarray(pred, float))

@@ -5,7 +5,9 @@ target): an operator row ("[outputs]:<node index>", or in older tools its positi
 kernel holding that operation, checking that the operation types agree; the rows a delegate
 adds for its own kernels ("Delegate/<kernel>:<k>": XNNPACK operators, GPU dispatches) in run
 order to the kernels no operator row covers. Counts that do not agree are an error, never a
-guess. The tool prints averages, so `latency_ms` of an imported kernel is its average over the
+guess, except for XNNPACK operators: XNNPACK adds operators of its own (a "Static Reshape" after
+a MEAN) and drops some (a 1x1 stride-1 pool), so when they are not one per kernel they are
+aligned with the ops by type, as the in-context profiler's are (`op_attribution`). The tool prints averages, so `latency_ms` of an imported kernel is its average over the
 profiled runs and its IQR and minimum are NaN; the model's latency is the regular run's median
 when the tool printed one (newer versions), its average otherwise.
 """
@@ -28,6 +30,7 @@ from latpred.graph import Graph
 from latpred.profile.benchmark_parse import (BenchmarkOutputError, BenchmarkReport, NodeRow,
                                              parse_benchmark_output)
 from latpred.profile.kernels import kernel_plans, kernel_row
+from latpred.profile.op_attribution import _XNNPACK_OPS
 from latpred.profile.runner import load_entry, open_dataset
 
 _NODE_INDEX = re.compile(r"^\[.*\]:(\d+)$", re.S)
@@ -92,6 +95,9 @@ def map_rows(report: BenchmarkReport, graph: Graph, kernels: Sequence[Kernel],
                                        "kernel deduced for this target.")
         times[kernel_of[op]] = times.get(kernel_of[op], 0.0) + row.avg_ms
     rest = [k for k in range(len(kernels)) if k not in times]
+    if len(delegate_rows) != len(rest) and delegate_rows and all(
+            r.type.split(" (")[0] in _XNNPACK_OPS for r in delegate_rows):
+        return _align_xnnpack(op_rows, delegate_rows, graph, kernels, source)
     if len(delegate_rows) != len(rest):
         what = (f"{len(delegate_rows)} delegate kernel rows" if delegate_rows
                 else "no delegate kernel rows")
@@ -101,6 +107,24 @@ def map_rows(report: BenchmarkReport, graph: Graph, kernels: Sequence[Kernel],
             "model and target, or the delegate split the model differently.")
     times.update({k: row.avg_ms for k, row in zip(rest, delegate_rows)})
     return times
+
+
+def _align_xnnpack(op_rows: list[NodeRow], delegate_rows: list[NodeRow], graph: Graph,
+                   kernels: Sequence[Kernel], source: str) -> dict[int, float]:
+    """XNNPACK operators that are not one per op (an internal "Static Reshape", a dropped
+    1x1 pool): aligned with the ops as the in-context profiler's are (`op_attribution`)."""
+    from latpred.profile.litert_profiler import OpProfile, OpTiming
+    from latpred.profile.op_attribution import attribute_to_graph
+
+    def timing(index: int, name: str, where: str, ms: float) -> OpTiming:
+        return OpTiming(index, name, where, ms * 1e3, 0.0, ms * 1e3, 1, ms * 1e3)
+
+    events = [timing(_op_index(r, i, graph, source), r.type.split("/")[0], "tflite", r.avg_ms)
+              for i, r in enumerate(op_rows)]
+    events += [timing(k, r.type, "xnnpack", r.avg_ms) for k, r in enumerate(delegate_rows)]
+    attributed = attribute_to_graph(graph, OpProfile(tuple(events), 0.0, 0.0, 0.0, 1, 1))
+    by_op = {a.op_index: a.mean_us / 1e3 for a in attributed}
+    return {k: sum(by_op[op] for op in kernel.ops) for k, kernel in enumerate(kernels)}
 
 
 def _op_index(row: NodeRow, position: int, graph: Graph, source: str) -> int:

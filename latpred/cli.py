@@ -207,29 +207,53 @@ def sample(space_file: str, n: int, seed: int, out: str, precision: str) -> None
 @click.option("--no-pin", is_flag=True, help="Do not pin the measuring process to CPU cores.")
 @click.option("--no-realtime", is_flag=True,
               help="Do not time under SCHED_FIFO (used where allowed: far less noise).")
+@click.option("--adb", "adb_serial", default=None, metavar="SERIAL",
+              help="Measure on the phone with this adb serial (benchmark_model with op "
+                   "profiling; of the options above only --kernels and --timeout apply).")
+@click.option("--benchmark-binary", default="/data/local/tmp/benchmark_model", show_default=True,
+              help="With --adb: where benchmark_model is on the phone.")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Spread the campaign over the devices of this Ray cluster (one actor per "
+                   "device; 'local' starts one here); needs `pip install 'latpred[ray]'`.")
 @_input_shape_option
 @click.argument("models", nargs=-1, required=True, type=click.Path(exists=True))
 def profile(target_name: str, out: str, kernels: str, e2e_only: bool, kernel_timing: str,
             retest: float, protocol: str, estimator: str, batch_size: int, drift_every: int,
             drift_bound: float, timeout: float, seed: int, no_pin: bool, no_realtime: bool,
+            adb_serial: str | None, benchmark_binary: str, ray_address: str | None,
             input_shape: tuple[str, ...], models: tuple[str, ...]) -> None:
-    """Measure .tflite MODELS (files or folders; architecture .json beside) on this CPU."""
+    """Measure .tflite MODELS (files or folders; architecture .json beside) on this CPU, on a
+    phone over adb (--adb), or on a Ray cluster's devices (--ray)."""
     from latpred.profile.interleaved import InterleavedProtocol
     from latpred.profile.runner import RunOptions, cpu_measurer, model_paths, profile_models
     from latpred.target import parse_target
 
     target = parse_target(target_name)
+    if adb_serial is not None and ray_address is None:
+        from latpred.profile.adb_campaign import profile_adb
+
+        click.echo(profile_adb(model_paths(models), target, out, adb_serial,
+                               binary=benchmark_binary, kernels=kernels,
+                               timeout_s=timeout).summary())
+        return
+    options = RunOptions(per_kernel=not e2e_only, retest_fraction=retest, seed=seed,
+                         timeout_s=timeout, kernel_timing=kernel_timing.replace("-", "_"),
+                         protocol=protocol, drift_every=drift_every, drift_bound_pct=drift_bound,
+                         input_shapes=_input_shapes(input_shape))
+    interleaved = InterleavedProtocol(batch_size=batch_size, estimator=estimator)
+    if ray_address is not None:
+        from latpred.profile.farm import FarmOptions, profile_on_ray
+
+        click.echo(profile_on_ray(model_paths(models), target, out, ray_address,
+                                  FarmOptions(kernels=kernels, run=options,
+                                              interleaved=interleaved,
+                                              realtime=not no_realtime,
+                                              benchmark_binary=benchmark_binary)).summary())
+        return
     report = profile_models(model_paths(models), target, out,
                             cpu_measurer(target, kernels, pin=not no_pin,
-                                         realtime=not no_realtime,
-                                         interleaved=InterleavedProtocol(
-                                             batch_size=batch_size, estimator=estimator)),
-                            RunOptions(per_kernel=not e2e_only, retest_fraction=retest,
-                                       seed=seed, timeout_s=timeout,
-                                       kernel_timing=kernel_timing.replace("-", "_"),
-                                       protocol=protocol, drift_every=drift_every,
-                                       drift_bound_pct=drift_bound,
-                                       input_shapes=_input_shapes(input_shape)))
+                                         realtime=not no_realtime, interleaved=interleaved),
+                            options)
     click.echo(report.summary())
 
 
@@ -390,6 +414,13 @@ def predict(predictor: str, target_name: str | None, breakdown: bool, allow_fall
               for m in models]
     preds = model.predict_many(graphs, allow_fallback=allow_fallback)
     print_predictions(models, preds, graphs, breakdown)
+    from latpred.power.energy import find as find_energy
+
+    energy_dir = find_energy(predictor)
+    if energy_dir is not None and "/cuda/" in str(model.target):
+        from latpred.power.energy import EnergyModel, print_energy
+
+        print_energy(models, graphs, preds, EnergyModel.load(energy_dir))
     if memory:
         from latpred.memory import predict_memory
         from latpred.memory.console import print_memory

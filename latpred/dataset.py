@@ -240,6 +240,15 @@ class Dataset:
         return df.reset_index(drop=True)
 
     # -- maintenance ---------------------------------------------------------------------------
+    def replace_table(self, table: str, df: pd.DataFrame) -> None:
+        """Rewrite `table` ("models" or "kernels") as exactly `df`, atomically: a migration
+        (e.g. kernel rows realigned to a new deduction rule) that appending cannot express."""
+        arrow = _to_arrow(df, table)
+        path = self._table_path(table)
+        new = path.with_name(path.name + ".new")
+        _write_atomic(new, lambda tmp: pq.write_table(arrow, tmp))
+        _swap_in(path, new)
+
     def compact(self) -> None:
         """Rewrite each table as one parquet file (duplicates and temporary files dropped)."""
         for table in _COLUMNS:

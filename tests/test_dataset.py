@@ -253,3 +253,19 @@ def test_open_rolls_back_a_swap_killed_before_it_started(ds):
     (half / "part-000000.parquet").write_bytes(b"trunc")
     assert Dataset.open(ds.root).models()["model_id"].tolist() == ["a"]
     assert not half.exists()
+
+
+def test_replace_table_drops_rows_an_append_would_keep(ds):
+    # A model re-deduced into fewer kernels: appending its 2 new rows would leave the old 3rd.
+    ds.append_kernels(kernel_rows("m0", 3))
+    ds.append_kernels(kernel_rows("m1", 2))
+    kept = ds.kernels()
+    new = pd.concat([kept[kept.model_id == "m1"], kernel_rows("m0", 2, latency=0.7)],
+                    ignore_index=True)
+    ds.replace_table("kernels", new)
+    again = Dataset.open(ds.root).kernels()
+    assert sorted(again.groupby("model_id").size().items()) == [("m0", 2), ("m1", 2)]
+    assert (again[again.model_id == "m0"].latency_ms == 0.7).all()
+    with pytest.raises(DatasetError):
+        ds.replace_table("kernels", new.drop(columns=["latency_ms"]))
+    assert len(Dataset.open(ds.root).kernels()) == 4   # a refused table leaves the old one

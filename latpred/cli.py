@@ -281,11 +281,16 @@ def dataset_merge(sources: tuple[str, ...], out: str) -> None:
               help="New dataset directory for the corrected copy (SOURCE is left as it is).")
 @click.option("--target", "targets", multiple=True,
               help="Correct only this target (repeatable; default: every one with a series).")
-def dataset_drift_correct(source: str, out: str, targets: tuple[str, ...]) -> None:
+@click.option("--reference-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Bring the labels to the machine state in which the drift reference reads "
+                   "this many ms (give several datasets the same value to compare campaigns "
+                   "measured at different times); default: the campaign's own median.")
+def dataset_drift_correct(source: str, out: str, targets: tuple[str, ...],
+                          reference_ms: float | None) -> None:
     """Rescale SOURCE's labels by its drift reference, interpolated at each model's time."""
     from latpred.profile.drift import drift_correct
 
-    for target, f in drift_correct(source, out, targets).items():
+    for target, f in drift_correct(source, out, targets, reference_ms).items():
         click.echo(f"{target}: labels divided by {f['min_factor']:.4f}-{f['max_factor']:.4f}.")
     click.echo(f"Wrote the drift-corrected dataset to {out}.")
 

@@ -264,6 +264,8 @@ def test_drift_summary_and_factors():
     assert summarize_drift(series[:1], 3.0) == {"range_pct": None, "flagged": False}
     f = drift_factors(series, np.array([0.0, 5.0, 10.0, 30.0, np.nan]))
     assert f == pytest.approx([1.0, 1.05, 1.1, 1.0, 1.0])
+    f = drift_factors(series, np.array([0.0, 5.0, np.nan]), reference_ms=2.0)
+    assert f == pytest.approx([0.5, 0.525, 1.0])
     with pytest.raises(LatpredError, match="fewer than two"):
         drift_factors(series[:1], np.array([1.0]))
 
@@ -289,6 +291,16 @@ def test_drift_correct_rescales_labels(campaign, tmp_path):
     r = CliRunner().invoke(main, ["dataset", "drift-correct", str(ds.root), "--out",
                                   str(tmp_path / "x"), "--target", "host/cpu/int8/t1"])
     assert r.exit_code == 2 and "no target" in r.output
+    # To a fixed machine state shared by campaigns: the reference read 1.0-1.2 ms here, so
+    # at --reference-ms 1.0 every label is divided by the reference's own ratio to 1.0 ms.
+    r = CliRunner().invoke(main, ["dataset", "drift-correct", str(ds.root), "--out",
+                                  str(tmp_path / "fixed1"), "--reference-ms", "1.0"])
+    assert r.exit_code == 0, r.output
+    fixed1 = Dataset.open(tmp_path / "fixed1").models(TARGET).set_index("model_id")
+    assert np.allclose(fixed1["latency_ms"], old["latency_ms"] / (factor * 1.1))
+    r = CliRunner().invoke(main, ["dataset", "drift-correct", str(ds.root), "--out",
+                                  str(tmp_path / "y"), "--reference-ms", "0"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
 
 
 # -- the real runtime, once -----------------------------------------------------------------------

@@ -14,7 +14,9 @@ models beside it, and records its series in the manifest (target entry `drift`):
 `drift_correct` (`latpred dataset drift-correct`) is an optional, documented step: it writes a
 copy of a dataset whose labels are divided by the reference's interpolated relative speed at each
 model's `measured_at` (reference(t) / median of the series), so the whole campaign reads as if
-measured at the reference's median state. It assumes that a slow-down scales every model alike;
+measured at the reference's median state (or, with `reference_ms`, at one fixed state shared by
+several campaigns: their labels then compare across campaigns). It assumes that a slow-down
+scales every model alike;
 the raw labels stay in the source dataset and the copy's rows keep a `drift_factor` column.
 """
 
@@ -66,16 +68,19 @@ def summarize_drift(series: list[dict[str, Any]], bound_pct: float) -> dict[str,
     return {"range_pct": round(spread, 3), "flagged": bool(spread > bound_pct)}
 
 
-def drift_factors(series: list[dict[str, Any]], times: np.ndarray) -> np.ndarray:
+def drift_factors(series: list[dict[str, Any]], times: np.ndarray,
+                  reference_ms: float | None = None) -> np.ndarray:
     """The reference's relative speed at each of `times`: its series interpolated linearly in
-    time (constant beyond the ends), over the series' median. 1.0 where a time is NaN."""
+    time (constant beyond the ends), over the series' median (or over `reference_ms`, a fixed
+    machine state shared by several campaigns). 1.0 where a time is NaN."""
     points = sorted((float(p["t"]), float(p["ms"])) for p in series
                     if p.get("ms") and not math.isnan(p["ms"]))
     if len(points) < 2:
         raise DatasetError("The drift series has fewer than two reference measurements; there "
                            "is nothing to correct by.")
     t, v = np.array(points).T
-    factors = np.interp(np.asarray(times, dtype=np.float64), t, v) / float(np.median(v))
+    level = float(np.median(v)) if reference_ms is None else float(reference_ms)
+    factors = np.interp(np.asarray(times, dtype=np.float64), t, v) / level
     return np.where(np.isnan(times), 1.0, factors)
 
 
@@ -83,12 +88,18 @@ _SCALED = ("latency_ms", "latency_iqr_ms", "latency_min_ms")
 
 
 def drift_correct(source: str | os.PathLike, out: str | os.PathLike,
-                  targets: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
+                  targets: tuple[str, ...] = (),
+                  reference_ms: float | None = None) -> dict[str, dict[str, float]]:
     """Write a drift-corrected copy of the dataset at `source` to `out` (a new directory).
 
     Every target with a drift series (or only `targets`) is corrected; other rows are copied as
-    they are. Returns per corrected target the smallest and largest factor applied.
+    they are. By default a campaign is brought to its own median state; with `reference_ms`,
+    to the state in which the reference model reads that many ms, so that campaigns measured
+    at different times (same reference, same machine) are on one scale. Returns per corrected
+    target the smallest and largest factor applied.
     """
+    if reference_ms is not None and not reference_ms > 0:
+        raise DatasetError(f"The reference latency must be positive, not {reference_ms}.")
     from latpred.dataset import Dataset
 
     src = Dataset.open(source)
@@ -111,7 +122,7 @@ def drift_correct(source: str | os.PathLike, out: str | os.PathLike,
             raise DatasetError(f"{src.root} has no measured_at column: its models were not "
                                "timed by the interleaved protocol.")
         f = drift_factors(entries[t]["drift"]["series"], models.loc[rows, "measured_at"]
-                          .to_numpy(np.float64))
+                          .to_numpy(np.float64), reference_ms)
         factor[rows] = f
         applied[t] = {"min_factor": round(float(f.min()), 5), "max_factor": round(float(f.max()), 5)}
     models = models.assign(drift_factor=factor)
@@ -123,7 +134,8 @@ def drift_correct(source: str | os.PathLike, out: str | os.PathLike,
         kernels[col] = kernels[col] / kernels["drift_factor"]
     dst = Dataset.create(out, name=f"{src.manifest.get('name', src.root.name)}-drift-corrected")
     for t, entry in entries.items():
-        extra = ({"drift_corrected": {"source": str(src.root), **applied[t]}}
+        extra = ({"drift_corrected": {"source": str(src.root), "reference_ms": reference_ms,
+                                      **applied[t]}}
                  if t in applied else {})
         dst.update_manifest(t, **entry, **extra)
     dst.append_kernels(kernels)

@@ -9,6 +9,8 @@ only options that command has; the `inspect` lines run for real.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import shlex
 import shutil
@@ -56,12 +58,40 @@ def test_readme_python_blocks_run(user_folder: Path, monkeypatch) -> None:
     candidates = [latpred.read_tflite(FIXTURES / "small_cnn.tflite"),
                   latpred.read_tflite(FIXTURES / "small_cnn_dynamic.tflite")]
     namespace: dict = {"candidate_graphs": candidates}
+    _standin_phone(user_folder, "PIXEL4", monkeypatch)
+    has_ray = importlib.util.find_spec("ray") is not None
     for block in _blocks("python"):
+        if "profile_on_ray" in block and not has_ray:
+            continue  # the optional extra latpred[ray] is not installed
         exec(compile(block, "README.md", "exec"), namespace)
     # The example's own names hold what it says they hold.
     assert namespace["p"].total_ms > 0
     assert len(namespace["totals"]) == len(candidates)
     assert namespace["kernels"] and (user_folder / "mine.tflite").is_file()
+    from latpred.dataset import Dataset
+
+    phone = Dataset.open(user_folder / "pixel4-data").models("pixel4/cpu/fp32/1L")
+    assert list(phone["status"]) == ["ok"]
+    if has_ray:
+        farm = Dataset.open(user_folder / "farm-data").models("host/cpu/fp32/t1")
+        assert list(farm["status"]) == ["ok"] and namespace["report"].devices >= 1
+
+
+def _standin_phone(root: Path, serial: str, monkeypatch) -> None:
+    """The README's `--adb` example talks to the stand-in adb of tests/adb_standin (no phone
+    is reachable in tests): its folder first on PATH, a fake Pixel 4 named `serial`."""
+    here = Path(__file__).resolve().parent
+    dev = root / "phones" / serial
+    for cpu, khz in enumerate([1785600] * 4 + [2419200] * 3 + [2841600]):
+        f = dev / f"sys/devices/system/cpu/cpu{cpu}/cpufreq/cpuinfo_max_freq"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"{khz}\n")
+    (dev / "data/local/tmp").mkdir(parents=True, exist_ok=True)
+    (dev / "data/local/tmp/benchmark_model").write_bytes(b"stand-in")
+    monkeypatch.setenv("PATH", os.pathsep.join([str(here / "adb_standin"),
+                                                str(Path(sys.executable).parent),
+                                                os.environ["PATH"]]))
+    monkeypatch.setenv("LATPRED_ADB_STANDIN_ROOT", str(root / "phones"))
 
 
 def _command_lines() -> list[list[str]]:

@@ -40,7 +40,9 @@ def profile_adb(paths: Sequence[str | os.PathLike], target, out: str | os.PathLi
     """Measure `paths` on the phone `serial` for `target` into the dataset at `out`."""
     from tqdm import tqdm
 
-    started = time.perf_counter()
+    from latpred.target import parse_target
+
+    started, target = time.perf_counter(), parse_target(target)
     if target.processor not in ("cpu", "gpu"):
         raise LatpredError(f"{target} is not a phone target: adb runs TFLite's CPU or GPU "
                            "delegate.")

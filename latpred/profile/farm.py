@@ -54,10 +54,11 @@ def _ray():
 
 
 def connect(address: str):
-    """Join the cluster at `address` ("local": start one here, one device per core)."""
+    """Join the cluster at `address` ("local": start one here, one device per core); returns
+    Ray and whether this call connected (an existing connection is used as it is)."""
     ray = _ray()
     if ray.is_initialized():
-        return ray
+        return ray, False
     try:
         if address == "local":
             ray.init(resources=device_resources(sorted(os.sched_getaffinity(0))),
@@ -67,7 +68,7 @@ def connect(address: str):
     except (ConnectionError, ValueError, RuntimeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise LatpredError(f"Cannot join the Ray cluster at {address!r}: {first}") from None
-    return ray
+    return ray, True
 
 
 def cluster_devices(target, ray) -> list[FarmDevice]:
@@ -112,9 +113,19 @@ def profile_on_ray(paths: Sequence[str | os.PathLike], target, out: str | os.Pat
     """
     from latpred.profile.adb_campaign import _entries
 
-    started = time.perf_counter()
+    from latpred.target import parse_target
+
+    started, target = time.perf_counter(), parse_target(target)
     entries = _entries(paths)
-    ray = connect(address)
+    ray, connected = connect(address)
+    try:
+        return _campaign(ray, entries, target, out, options, progress, on_result, started)
+    finally:
+        if connected:
+            ray.shutdown()
+
+
+def _campaign(ray, entries, target, out, options, progress, on_result, started) -> "FarmReport":
     devices = cluster_devices(target, ray)
     ds = _open(out, target, options, devices)
     done = ds.measured_ids(str(target))
@@ -138,16 +149,18 @@ def profile_on_ray(paths: Sequence[str | os.PathLike], target, out: str | os.Pat
         if on_result is not None:
             on_result(report.models_measured, dev, farm.in_flight())
 
-    farm.run(batches, store, progress, f"profile {target} on {len(devices)} devices",
-             after=stored)
-    report.devices, report.requeued = len(devices), list(farm.requeued)
-    report.devices_lost = sorted(set(d.resource for d in devices) - set(farm.alive))
-    ds.update_manifest(str(target), farm_devices=farm.infos(),
-                       farm_devices_lost=report.devices_lost)
-    report.noise = _retest(farm, ds, target, entries, options)
+    try:
+        farm.run(batches, store, progress, f"profile {target} on {len(devices)} devices",
+                 after=stored)
+        report.devices, report.requeued = len(devices), list(farm.requeued)
+        report.devices_lost = sorted(set(d.resource for d in devices) - set(farm.alive))
+        ds.update_manifest(str(target), farm_devices=farm.infos(),
+                           farm_devices_lost=report.devices_lost)
+        report.noise = _retest(farm, ds, target, entries, options)
+    finally:
+        farm.close()
     if options.run.compact:
         ds.compact()
-    farm.close()
     report.wall_s = time.perf_counter() - started
     return report
 

@@ -36,9 +36,8 @@ free blocks.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
-
-from sortedcontainers import SortedList
 
 K_MIN_BLOCK = 512            # kMinBlockSize
 K_SMALL_SIZE = 1 << 20       # kSmallSize: largest "small" allocation
@@ -92,6 +91,32 @@ class Stat:
         self.peak = self.current
 
 
+class _Pool:
+    """Free blocks ordered by (size, address), as `BlockComparatorSize` orders one stream's."""
+
+    def __init__(self):
+        self.keys: list[tuple[int, int]] = []
+        self.blocks: dict[tuple[int, int], Block] = {}
+
+    def add(self, b: Block) -> None:
+        bisect.insort(self.keys, b.key)
+        self.blocks[b.key] = b
+
+    def remove(self, b: Block) -> None:
+        self.keys.pop(bisect.bisect_left(self.keys, b.key))
+        del self.blocks[b.key]
+
+    def take_fit(self, size: int) -> "Block | None":
+        """`lower_bound`: the smallest block of at least `size` bytes, lowest address first."""
+        i = bisect.bisect_left(self.keys, (size, -1))
+        if i == len(self.keys):
+            return None
+        return self.blocks.pop(self.keys.pop(i))
+
+    def __iter__(self):
+        return iter(list(self.blocks.values()))
+
+
 @dataclass
 class CachingAllocator:
     """One device's allocator on one stream. `malloc(n)` returns a Block, `free(block)` gives it
@@ -100,8 +125,7 @@ class CachingAllocator:
     allocated: Stat = field(default_factory=Stat)
     reserved: Stat = field(default_factory=Stat)
     next_addr: int = 1 << 40
-    _pools: dict = field(default_factory=lambda: {True: SortedList(key=lambda b: b.key),
-                                                  False: SortedList(key=lambda b: b.key)})
+    _pools: dict = field(default_factory=lambda: {True: _Pool(), False: _Pool()})
     segments: list = field(default_factory=list)
 
     # -- setup -------------------------------------------------------------------------------
@@ -135,10 +159,8 @@ class CachingAllocator:
         size = round_size(orig_size)
         small = size <= K_SMALL_SIZE
         pool = self._pools[small]
-        i = pool.bisect_key_left((size, -1))
-        if i < len(pool):
-            block = pool.pop(i)
-        else:
+        block = pool.take_fit(size)
+        if block is None:
             seg = allocation_size(size)
             block = Block(self._new_address(seg), seg, small)
             self.reserved.add(seg)

@@ -216,9 +216,10 @@ def forward_events(graph: Graph, elem: int, workspace: WorkspaceFn, scratch: Scr
                 temps.append(alloc(nbytes(ins[0]), k, "temp"))
             for o in outs:
                 storage[o] = alloc(nbytes(o), k, "output")
-            if ty == "MEAN":
-                for s in scratch(graph, op, elem):
-                    free(alloc(s, k, "scratch"), k, "scratch")
+            if ty == "MEAN":    # buffer then semaphores, both held through the launch
+                held = [alloc(s, k, "scratch") for s in scratch(graph, op, elem)]
+                for s in reversed(held):
+                    free(s, k, "scratch")
         for s in temps:
             free(s, k, "temp")
     end = len(graph.ops)

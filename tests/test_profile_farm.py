@@ -135,3 +135,16 @@ def test_the_command_line_runs_a_farm_campaign(cluster, models, tmp_path):
     assert result.exit_code == 0, result.output
     assert "2 models measured (0 failed)" in result.output and "Farm:" in result.output
     assert Dataset.open(out).manifest["targets"][TARGET]["farm"] == "ray"
+
+
+
+def test_an_address_where_nothing_listens_is_one_sentence():
+    import socket
+
+    from latpred.profile.farm import _check_reachable
+
+    with socket.socket() as s:  # a free port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(LatpredError, match=f"Nothing answers at 127.0.0.1:{port}: start"):
+        _check_reachable(f"127.0.0.1:{port}")

@@ -64,11 +64,26 @@ def connect(address: str):
             ray.init(resources=device_resources(sorted(os.sched_getaffinity(0))),
                      include_dashboard=False, log_to_driver=False)
         else:
+            _check_reachable(address)
             ray.init(address=address, log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise LatpredError(f"Cannot join the Ray cluster at {address!r}: {first}") from None
     return ray, True
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast on a HOST:PORT where nothing listens (ray.init would retry for minutes)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError:
+        raise LatpredError(f"Nothing answers at {address}: start the cluster's head there "
+                           "(`ray start --head`) or give its address.") from None
 
 
 def cluster_devices(target, ray) -> list[FarmDevice]:

@@ -2,8 +2,10 @@
 them, the activation arena exactly as the runtime plans it, and workspace.
 
 One planner per runtime: `host_cpu` (LiteRT 2.3 on the CPU: TFLite's ArenaPlanner in
-`litert_plan`/`arena`, XNNPACK's delegate in `xnnpack`). The GPU delegate and the CUDA runtime
-have none yet. `measure` reads the runtime's own figures (ground truth).
+`litert_plan`/`arena`, XNNPACK's delegate in `xnnpack`); `cuda` (PyTorch on an NVIDIA GPU,
+targets such as h100/cuda/fp16: the caching allocator replayed in `cuda_alloc` over the
+allocations `torch_plan` lists). The GPU delegate has none yet. `measure` reads the runtime's
+own figures (ground truth).
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ def _check_target(target):
     from latpred.target import Target, parse_target
 
     t = target if isinstance(target, Target) else parse_target(str(target))
+    if t.processor == "cuda" and t.runtime == "pytorch-cuda":
+        if t.precision not in ("fp16", "fp32"):
+            raise TargetError(f"Memory prediction on CUDA covers fp16 and fp32, not {t}.")
+        return t
     if t.processor != "cpu" or t.runtime != "litert":
         raise TargetError(f"Memory prediction covers LiteRT on the CPU (e.g. host/cpu/fp32/t1) "
-                          f"so far, not {t}.")
+                          f"and PyTorch on CUDA (e.g. h100/cuda/fp16) so far, not {t}.")
     return t
 
 
@@ -33,8 +39,15 @@ def predict_memory(graph: Graph, target, kernels: str | None = None,
 
     `kernels`: "xnnpack" (default: what LiteRT uses on the CPU) or "builtin" (TFLite's own
     kernels, no delegate). `model_bytes`: the .tflite file's size when known (else estimated).
+    On a CUDA target (`pytorch-cuda`) both are ignored: the prediction is the peak
+    `torch.cuda.max_memory_allocated` of loading `latpred.pytorch.to_torch`'s module and one
+    inference at the target's batch and precision (`latpred.memory.cuda`).
     """
     t = _check_target(target)
+    if t.processor == "cuda":
+        from latpred.memory.cuda import predict_cuda
+
+        return predict_cuda(graph, t)
     from latpred.memory.host_cpu import predict_host_cpu
 
     return predict_host_cpu(graph, str(t), kernels or "xnnpack", model_bytes)

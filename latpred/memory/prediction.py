@@ -47,6 +47,10 @@ class MemoryPrediction:
     structures and `transient` the resident leftovers of buffers the runtime outgrew while
     setting up (both fitted, see `latpred/memory/host_cpu.py`).
     `total` is their sum: everything is allocated before the first run and held.
+    On a CUDA target (latpred/memory/cuda.py) the fields mean, at the moment of the peak:
+    `model_bytes` the weight blocks, `arena` the activations, `workspace` cuDNN workspaces and
+    reduction scratch plus the persistent cuBLAS workspaces; `total` is the predicted
+    max_memory_allocated and `reserved` max_memory_reserved.
     """
 
     target: str
@@ -62,6 +66,7 @@ class MemoryPrediction:
     transient: int
     peak_op: int
     ops: tuple[OpMemory, ...]
+    reserved: int = 0      # CUDA: the predicted max_memory_reserved (segments); 0 elsewhere
 
     @property
     def total(self) -> int:

@@ -1,0 +1,123 @@
+"""What the H100's libraries take through PyTorch's caching allocator besides tensors.
+
+- `process_start()`: the allocator of a process that has run one matmul (what
+  `scripts/cuda_memory_campaign.py` makes before any model, measured on the device): the
+  cuBLAS workspace (32 MiB on sm90, aten/src/ATen/cuda/CublasHandlePool.cpp
+  `getChosenWorkspaceSize`, allocated through the caching allocator per handle and stream and
+  kept) in a segment of its own, and the cuBLASLt workspace (1 MiB, `getCUDABlasLtWorkspace`)
+  in a 2 MiB small-pool segment, beside 5,632 free bytes the warm-up's tensors left: measured
+  segments [33554432: allocated] and [5632 free, 1048576 allocated, 1042944 free].
+- `conv_workspace(graph, op, elem)`: the bytes cuDNN's chosen engine takes per convolution call
+  (aten/src/ATen/native/cudnn/Conv_v8.cpp allocates `workspace_size` through the caching
+  allocator and frees it after the call; the engine is cuDNN 9.19's heuristic choice with
+  `cudnn.benchmark = False`, not knowable without the library): the size measured on the H100
+  for a known configuration (`h100_workspaces.CONV`), else the learned estimate (`estimate`:
+  LightGBM on the configuration, trained on every measured one; held out by model it halves
+  the error of assuming no workspace, see docs/memory.md).
+- `mean_scratch(graph, op, elem)`: MEAN's global-reduction buffer and semaphores, computed
+  by the port of PyTorch's ReduceConfig in `cuda_reduce` (exact on every MEAN measured).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from latpred.graph import Graph, Op
+from latpred.memory.cuda_alloc import CachingAllocator
+
+# Measured on the H100 (torch 2.11.0+cu130): segments after the warm-up, in address order
+# of the device (the small segment sat above the large one).
+PROCESS_START = (
+    (False, ((33554432, True),)),
+    (True, ((5632, False), (1048576, True), (1042944, False))),
+)
+
+
+def process_start() -> CachingAllocator:
+    alloc = CachingAllocator()
+    for small, blocks in PROCESS_START:
+        alloc.add_segment(list(blocks), small, addr=(1 << 50) if small else 0)
+    return alloc
+
+
+def conv_key(graph: Graph, op: Op, elem: int) -> tuple:
+    """The configuration cuDNN sees: precision, input NCHW, output channels, window, stride,
+    dilation, groups, symmetric padding."""
+    from latpred.pytorch.ops import window_padding
+    from latpred.shapes import pair
+
+    n, h, w, c = graph.tensors[op.inputs[0]].shape
+    wt = graph.tensors[op.inputs[1]].shape
+    if op.type == "DEPTHWISE_CONV_2D":
+        cout, kh, kw, groups = wt[3], wt[1], wt[2], c
+    else:
+        cout, kh, kw = wt[0], wt[1], wt[2]
+        groups = max(1, c // wt[3])
+    stride = pair(op.attr("stride", 1), "stride")
+    dil = pair(op.attr("dilation", 1), "dilation")
+    sym, asym = window_padding((h, w), (kh, kw), stride, dil, op.attr("padding", "VALID"))
+    if asym is not None and None in sym:
+        l, r, t, b = asym
+        h, w, sym = h + t + b, w + l + r, (0, 0)
+    return (elem, n, c, h, w, cout, kh, kw, *stride, *dil, groups, *sym)
+
+
+def conv_workspace(graph: Graph, op: Op, elem: int) -> int:
+    from latpred.memory import h100_workspaces as tab
+
+    key = conv_key(graph, op, elem)
+    if key in tab.CONV:
+        return tab.CONV[key]
+    return estimate(key)
+
+
+def mean_scratch(graph: Graph, op: Op, elem: int) -> tuple[int, ...]:
+    from latpred.memory.cuda_reduce import reduce_scratch
+
+    axes = tuple(int(a) for a in (graph.tensors[op.inputs[1]].value or ()))
+    return reduce_scratch(graph.tensors[op.inputs[0]].shape, axes, elem)
+
+
+def features(key: tuple) -> list[float]:
+    """The estimator's inputs: the key's fields, per-group channels, output height, depthwise
+    and grouped flags, log2 of the input bytes."""
+    elem, n, c, h, w, co, kh, kw, sh, sw, dh, dw, g, ph, pw = key
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    return [elem, n, c, h, w, co, kh, sh, g, c // g, co // g, oh, int(g == c and g > 1),
+            int(g > 1), math.log2(max(1, n * c * h * w * elem))]
+
+
+def _input_bytes(key: tuple) -> int:
+    elem, n, c, h, w = key[:5]
+    return elem * n * c * h * w
+
+
+def fit_estimator(keys, values, n_estimators: int = 200):
+    """A LightGBM regressor of log2(1 + workspace / input bytes) on `features` (the workspace
+    of cuDNN's engines scales with the input: ratios cluster at small integers)."""
+    import lightgbm as lgb
+    import numpy as np
+
+    X = np.array([features(k) for k in keys], float)
+    y = np.log2(1 + np.array(values, float) / np.array([_input_bytes(k) for k in keys], float))
+    model = lgb.LGBMRegressor(n_estimators=n_estimators, learning_rate=0.05, num_leaves=31,
+                              min_child_samples=10, verbose=-1, random_state=0)
+    return model.fit(X, y).booster_
+
+
+@lru_cache(maxsize=1)
+def _shipped():
+    import lightgbm as lgb
+
+    from latpred.memory.h100_workspaces import MODEL
+
+    return lgb.Booster(model_str=MODEL)
+
+
+def estimate(key: tuple, booster=None) -> int:
+    """The workspace of a configuration the table lacks: `booster` (default: the one
+    `scripts/cuda_memory_assemble.py` fitted on every measured configuration)."""
+    b = booster if booster is not None else _shipped()
+    ratio = 2.0 ** float(b.predict([features(key)])[0]) - 1.0
+    return max(0, int(round(ratio * _input_bytes(key))))

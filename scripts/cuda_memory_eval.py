@@ -119,11 +119,17 @@ def score(df: pd.DataFrame, modes=("table", "heldout", "zero"), per_model_tables
     figures["reserved_exact"] = int((r["pred_reserved"] == r["measured_reserved"]).sum())
     figures["warm_exact"] = int((r["pred_warm"] == r["measured_warm"]).sum())
     figures["peak_at_last_op_pct"] = float((r["peak_op_from_end"] == 0).mean() * 100)
+    e = (r["pred_heldout"] - r["measured"]) / r["measured"] * 100 if "heldout" in modes else None
+    if e is not None:
+        figures["heldout_signed_mean_pct"] = float(e.mean())
+        figures["heldout_under_5pct"] = int((e < -5).sum())
+        figures["heldout_over_5pct"] = int((e > 5).sum())
     base = "heldout" if "heldout" in modes else modes[0]
-    for col in ("naive", "largest"):
+    for col in ("naive", "largest"):   # MdAPE is 0 for most rows: compare means
         figures[f"beats_{col}_x_mape"] = figures[col]["mape"] / max(figures[base]["mape"], 1e-9)
-        figures[f"beats_{col}_x_mdape"] = figures[col]["mdape"] / max(figures[base]["mdape"],
-                                                                       1e-9)
+        figures[f"beats_{col}_x_mean_abs_bytes"] = float(
+            (r[col] - r["measured"]).abs().mean() /
+            max((r[f"pred_{base}"] - r["measured"]).abs().mean(), 1e-9))
     by = {}
     for (src, tgt), grp in r.groupby(["source", "target"]):
         by[f"{src} {tgt}"] = {"n": len(grp), **{

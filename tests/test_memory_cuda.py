@@ -1,0 +1,212 @@
+"""The CUDA memory simulator (latpred/memory/cuda*.py, torch_plan.py) against the allocator's
+rules and against what the H100 recorded (datasets/h100-cuda-memory)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from latpred.builder import GraphBuilder
+from latpred.errors import TargetError
+from latpred.memory import predict_memory
+from latpred.memory.cuda import simulate
+from latpred.memory.cuda_alloc import CachingAllocator, round_size
+from latpred.memory.cuda_reduce import reduce_scratch
+from latpred.memory import cuda_workspace
+from latpred.memory.torch_plan import forward_events, load_events
+from latpred.pytorch.batch import with_batch
+from latpred.sampler import build_graph
+from latpred.target import parse_target
+
+DATA = Path(__file__).resolve().parents[1] / "datasets" / "h100-cuda-memory"
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    df = pd.read_parquet(DATA / "models.parquet")
+    return df[df.status == "ok"]
+
+
+# -- the allocator's rules -------------------------------------------------------------------
+
+def test_round_size_512_byte_blocks():
+    assert round_size(1) == 512 and round_size(512) == 512 and round_size(513) == 1024
+    assert round_size(3 * MiB + 1) == 3 * MiB + 512
+
+
+def test_small_requests_share_a_2mib_segment_and_split_exactly():
+    a = CachingAllocator()
+    x, y = a.malloc(1000), a.malloc(600)
+    assert (x.size, y.size) == (1024, 1024)
+    assert a.reserved.current == 2 * MiB and a.allocated.current == 2048
+    assert y.addr == x.addr + 1024          # carved from the same small segment
+
+
+def test_large_pool_segment_sizes():
+    a = CachingAllocator()
+    a.malloc(MiB + 512)                     # 1-10 MiB: a 20 MiB segment
+    assert a.reserved.current == 20 * MiB
+    a.malloc(11 * MiB)                      # fits the 20 MiB segment's remainder
+    assert a.reserved.current == 20 * MiB
+    a.malloc(25 * MiB + 512)                # >= 10 MiB, no fit: rounded up to 2 MiB
+    assert a.reserved.current == 20 * MiB + 26 * MiB
+
+
+def test_large_block_not_split_under_1mib_remainder_counts_whole():
+    a = CachingAllocator()
+    b = a.malloc(12 * MiB)                  # a 12 MiB segment, all of it
+    a.free(b)
+    c = a.malloc(11 * MiB + 512)            # 0.5 MiB would remain: not split
+    assert c.size == 12 * MiB and a.allocated.current == 12 * MiB
+    a.free(c)
+    d = a.malloc(10 * MiB)                  # 2 MiB would remain: split
+    assert d.size == 10 * MiB and a.allocated.current == 10 * MiB
+
+
+def test_free_merges_neighbours_and_empty_cache_releases_whole_segments():
+    a = CachingAllocator()
+    x, y, z = a.malloc(4096), a.malloc(4096), a.malloc(4096)
+    a.free(x)
+    a.free(z)
+    a.free(y)                               # merges with both: one free block, the segment
+    a.malloc(3 * MiB)                       # a large segment, kept while in use
+    a.empty_cache()
+    assert a.reserved.current == 20 * MiB   # the small segment went back, the large stays
+    assert a.allocated.current == 3 * MiB
+
+
+def test_peak_reset_keeps_current():
+    a = CachingAllocator()
+    b = a.malloc(4 * MiB)
+    a.free(b)
+    a.reset_peak()
+    assert a.allocated.peak == 0
+    a.malloc(1024)
+    assert a.allocated.peak == 1024
+
+
+# -- ports checked against what the H100 allocated ------------------------------------------
+
+@pytest.mark.parametrize("shape, expected", [
+    ((1, 112, 112, 32), (200704, 4)), ((1, 56, 56, 144), (3612672, 8)),
+    ((32, 56, 56, 16), (12845056, 16)), ((1, 56, 56, 64), (409600, 4)),
+    ((1, 56, 56, 48), ()), ((1, 7, 7, 256), ()), ((32, 7, 7, 1280), ())])
+def test_mean_scratch_matches_the_device(shape, expected):
+    assert reduce_scratch(shape, (1, 2), 2) == expected
+
+
+def _trace_check(row, trace_row):
+    """The requested sizes the H100 saw for loading and one forward == the plan's."""
+    t = parse_target(row["target"])
+    g = with_batch(build_graph(json.loads(row["arch"])), t.batch)
+    elem = 2 if t.precision == "fp16" else 4
+    tr = json.loads(trace_row["trace"])
+    allocs = [e[2] for e in tr if e[0] == "a"]
+    ops = json.loads(row["cold_ops"])
+    load_and_cold = ops[-1][2] - int(trace_row["allocs_before"])
+    forward = len(allocs) - load_and_cold        # the second forward repeats the first
+    n_load = load_and_cold - forward
+    le = load_events(g, elem)
+    fe = forward_events(g, elem, cuda_workspace.conv_workspace, cuda_workspace.mean_scratch,
+                        len(le))
+    planned = [e.nbytes for e in le + fe if e.action == "alloc" and e.op < len(g.ops)]
+    assert n_load == sum(e.action == "alloc" for e in le)
+    assert allocs[:load_and_cold] == planned
+
+
+def test_every_zoo_request_sequence_matches_the_recorded_trace(rows):
+    traces = pd.read_parquet(DATA / "traces.parquet")
+    by = {(r.model_id, r.target): r for r in rows.itertuples()}
+    assert len(traces) == 192
+    for tr in traces.itertuples():
+        row = rows.loc[(rows.model_id == tr.model_id) & (rows.target == tr.target)].iloc[0]
+        _trace_check(row, tr._asdict())
+    assert len(by) == len(rows)
+
+
+def test_zoo_peaks_exact(rows):
+    """max_memory_allocated and max_memory_reserved of one inference, to the byte, for every
+    zoo model at fp16/fp32, batch 1 and 32."""
+    zoo_rows = rows[rows.source == "zoo"]
+    assert len(zoo_rows) == 192
+    for r in zoo_rows.itertuples():
+        p = predict_memory(build_graph(json.loads(r.arch)), r.target)
+        assert (p.total, p.reserved) == (r.cold_peak_allocated, r.cold_peak_reserved), \
+            (r.model_id, r.target)
+
+
+def test_synthetic_peaks_exact_and_steady_state(rows):
+    syn = rows[rows.source == "synthetic"].iloc[::12]
+    assert len(syn) > 200
+    for r in syn.itertuples():
+        g = build_graph(json.loads(r.arch))
+        t = parse_target(r.target)
+        cold = simulate(g, t.precision, t.batch)
+        assert cold["peak"] == r.cold_peak_allocated, (r.model_id, r.target)
+        assert cold["reserved"] == r.cold_peak_reserved
+        assert cold["loaded"] == r.load_allocated
+        warm = simulate(g, t.precision, t.batch, warm=True)
+        assert warm["peak"] == r.warm_peak_allocated, (r.model_id, r.target)
+
+
+# -- the prediction's shape, unknown configurations, errors ----------------------------------
+
+def _odd_conv_graph():
+    b = GraphBuilder("odd")
+    x = b.input((1, 37, 41, 24))
+    y = b.conv2d(x, 104, 5, stride=1, groups=2)
+    y = b.mean(y, axes=(1, 2), keep_dims=False)
+    b.output(b.fully_connected(y, 10))
+    return b.build()
+
+
+def test_unmeasured_convolution_uses_the_estimate():
+    g = _odd_conv_graph()
+    conv = g.ops[0]
+    key = cuda_workspace.conv_key(g, conv, 4)
+    from latpred.memory.h100_workspaces import CONV
+
+    assert key not in CONV
+    ws = cuda_workspace.estimate(key)
+    assert ws >= 0
+    p = predict_memory(g, "h100/cuda/fp32")
+    assert p.ops[0].workspace_extent == round_size(ws) if ws else p.ops[0].workspace_extent == 0
+    assert p.total == p.model_bytes + p.arena + p.workspace
+    assert p.workspace >= 34603008           # the cuBLAS / cuBLASLt workspaces
+    assert sum(r.sets_peak for r in p.ops) == 1
+
+
+def test_fit_estimator_learns_the_input_ratio():
+    keys = [(2, 1, c, h, h, 64, 3, 3, 1, 1, 1, 1, 4, 1, 1) for c in (16, 32, 64, 128)
+            for h in (14, 28, 56, 112)] * 3
+    values = [4 * k[0] * k[2] * k[3] * k[4] for k in keys]     # 4 x input bytes
+    b = cuda_workspace.fit_estimator(keys, values, n_estimators=50)
+    probe = (2, 1, 48, 40, 40, 64, 3, 3, 1, 1, 1, 1, 4, 1, 1)
+    inb = 2 * 48 * 40 * 40
+    assert 3 * inb <= cuda_workspace.estimate(probe, b) <= 5 * inb
+
+
+def test_cuda_target_errors():
+    g = _odd_conv_graph()
+    with pytest.raises(TargetError):
+        predict_memory(g, "h100/gpu/fp16")
+
+
+def test_cli_inspect_memory_cuda(tmp_path):
+    from latpred.cli import main
+    from latpred.tflite import write_tflite
+
+    path = tmp_path / "odd.tflite"
+    write_tflite(_odd_conv_graph(), path)
+    res = CliRunner().invoke(main, ["inspect", str(path), "--memory", "--target",
+                                    "h100/cuda/fp16/b32"])
+    assert res.exit_code == 0, res.output
+    assert "PyTorch caching allocator" in res.output and "<- peak" in res.output
+    res = CliRunner().invoke(main, ["inspect", str(path), "--memory", "--target",
+                                    "h100/cuda/int8"])
+    assert res.exit_code == 2

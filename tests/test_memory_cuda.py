@@ -210,3 +210,16 @@ def test_cli_inspect_memory_cuda(tmp_path):
     res = CliRunner().invoke(main, ["inspect", str(path), "--memory", "--target",
                                     "h100/cuda/int8"])
     assert res.exit_code == 2
+
+
+def test_memory_totals_on_a_cuda_target_are_the_predictions(rows):
+    from latpred.memory import memory_totals
+
+    sample = rows[rows.source == "zoo"].iloc[:6]
+    graphs = [build_graph(json.loads(a)) for a in sample.arch]
+    for target in ("h100/cuda/fp16", "h100/cuda/fp32/b32"):
+        totals = memory_totals(graphs, target)
+        assert list(totals) == [predict_memory(g, target).total for g in graphs]
+    measured = sample[sample.target == "h100/cuda/fp16"]
+    got = memory_totals([build_graph(json.loads(a)) for a in measured.arch], "h100/cuda/fp16")
+    assert list(got) == list(measured.cold_peak_allocated)

@@ -21,14 +21,10 @@ from __future__ import annotations
 from latpred.graph import Graph
 from latpred.memory.cuda_alloc import CachingAllocator
 from latpred.memory.prediction import MemoryPrediction, OpMemory
-from latpred.memory.torch_plan import forward_events, load_events
+from latpred.memory.torch_plan import Event, forward_events, load_events
 
 _ELEM = {"fp16": 2, "fp32": 4}
 _WORKSPACE_KINDS = ("workspace", "scratch")
-
-
-def _sizes(graph: Graph) -> tuple[int, ...]:
-    return tuple(t.nbytes for t in graph.tensors)
 
 
 class _Replay:
@@ -77,7 +73,7 @@ def simulate(graph: Graph, precision: str, batch: int = 1, workspace=None, scrat
         rp.run(fwd)
         out_ids = [e.storage for e in fwd if e.action == "alloc" and e.storage in rp.blocks
                    and e.what == "output"]
-        rp.run([type(fwd[0])("free", s, 0, n_ops, "output") for s in out_ids])
+        rp.run([Event("free", s, 0, n_ops, "output") for s in out_ids])   # `del out`
         first += len(fwd)
     alloc.reset_peak()
     fwd = forward_events(g, elem, ws, sc, first)

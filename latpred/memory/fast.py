@@ -37,10 +37,16 @@ def memory_total(graph: Graph, kernels: str = "xnnpack") -> int:
 
 def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
                   kernels: str = "xnnpack") -> np.ndarray:
-    """Peak bytes of each graph on `target` (LiteRT on the CPU), as `predict_memory` totals."""
+    """Peak bytes of each graph on `target` (LiteRT on the CPU, or a CUDA target: the caching
+    allocator's max_memory_allocated), as `predict_memory` totals."""
     from latpred.memory import _check_target
 
-    _check_target(target)
+    t = _check_target(target)
+    if t.processor == "cuda":
+        from latpred.memory.cuda import simulate
+
+        return np.array([simulate(g, t.precision, t.batch)["peak"] for g in graphs],
+                        dtype=np.int64)
     return np.array([memory_total(g, kernels) for g in graphs], dtype=np.int64)
 
 

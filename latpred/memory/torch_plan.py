@@ -38,7 +38,6 @@ output is freed before the end; the ops are latpred/pytorch/ops.py):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -190,10 +189,7 @@ def forward_events(graph: Graph, elem: int, workspace: WorkspaceFn, scratch: Scr
             storage[outs[0]] = storage[op.inputs[0]]
         elif ty in ("SPLIT", "SPLIT_V"):
             src = op.inputs[1] if ty == "SPLIT" else op.inputs[0]
-            shape = t[src].shape
-            axis = [o for o in range(len(shape)) if t[outs[0]].shape[o] != shape[o]]
-            axis = axis[0] if axis else 0
-            strides = _contig_strides(shape)
+            strides = _contig_strides(t[src].shape)
             for o in outs:
                 if is_contiguous(t[o].shape, strides):
                     storage[o] = storage[src]
@@ -242,10 +238,9 @@ def _slice_contiguous(graph: Graph, op: Op) -> bool:
     step = tuple(int(v) for v in vals[2]) if len(vals) > 2 and vals[2] else (1,) * len(shape)
     sm = int(op.attr("shrink_axis_mask", 0))
     kept_shape, kept_strides = [], []
-    for d in range(len(shape)):
+    for d in range(len(shape)):         # the view's kept dimensions, in order
         if sm >> d & 1:
             continue
-        size = math.ceil(out[len(kept_shape)] if len(kept_shape) < len(out) else 1)
-        kept_shape.append(size)
+        kept_shape.append(out[len(kept_shape)] if len(kept_shape) < len(out) else 1)
         kept_strides.append(strides[d] * step[d])
     return is_contiguous(kept_shape, kept_strides)

@@ -6,7 +6,8 @@ on any table of per-workload counter event rates and measured power:
 1. Candidates. Counters that never vary are dropped. Optionally (section 4.3) each counter
    whose Pearson correlation with power is negative and significant (p < 0.05) gets an
    *inverted* copy 1 / (x + eps) and (section 4.4, 5.3) the `combine_top` counters most
-   correlated with power give *pairwise combined* counters: every product and ratio.
+   correlated with power give *pairwise combined* counters: every product and ratio
+   (named `a × b`, `a ÷ b`).
 2. Interdependence and clustering (4.5.1). Each candidate's rates are normalized
    ((x - mean) / std); the interdependence of two counters is the Euclidean distance between
    their normalized rate vectors (sqrt(2 n (1 - r)), r their Pearson correlation), and the
@@ -36,6 +37,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+
+# Combined counters are named `a × b` and `a ÷ b` (counter names hold '*' and '/' themselves).
+MUL, DIV = " × ", " ÷ "
 
 
 def usable(X: pd.DataFrame) -> pd.DataFrame:
@@ -84,9 +89,9 @@ def candidates(X: pd.DataFrame, y, inverted: bool = False, combine_top: int = 0,
         for i, a in enumerate(top):
             for b in top[i + 1:]:
                 xa, xb = X[a].to_numpy(), X[b].to_numpy()
-                extra[f"{a}*{b}"] = xa * xb
-                extra[f"{a}/{b}"] = xa / (xb + eps * (1 + np.abs(xb).max()))
-                extra[f"{b}/{a}"] = xb / (xa + eps * (1 + np.abs(xa).max()))
+                extra[f"{a}{MUL}{b}"] = xa * xb
+                extra[f"{a}{DIV}{b}"] = xa / (xb + eps * (1 + np.abs(xb).max()))
+                extra[f"{b}{DIV}{a}"] = xb / (xa + eps * (1 + np.abs(xa).max()))
     if extra:
         X = usable(pd.concat([X, pd.DataFrame(extra, index=X.index)], axis=1))
     return X
@@ -248,7 +253,7 @@ def _base_counters(names: list[str]) -> list[str]:
 def _parts(name: str) -> list[str]:
     if name.startswith("inv(") and name.endswith(")"):
         return [name[4:-1]]
-    for op in ("*", "/"):
+    for op in (MUL, DIV):
         if op in name:
             a, b = name.split(op, 1)
             return [a, b]
@@ -263,7 +268,7 @@ def _counter_values(X: pd.DataFrame, name: str, eps: float = 1e-9) -> np.ndarray
         return 1.0 / (x + eps * (1 + np.abs(x).max()))
     a, b = _parts(name)
     xa, xb = X[a].to_numpy(float), X[b].to_numpy(float)
-    if "*" in name:
+    if MUL in name:
         return xa * xb
     return xa / (xb + eps * (1 + np.abs(xb).max()))
 

@@ -68,7 +68,10 @@ def rates(data: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         # the share of the power window the kernels ran (ncu's time at its locked clocks over
         # the time per call in the replayed graph), and every ratio / percentage weighted by
         # it: its average over the window, gaps between launches included
-        busy = (X["gpu__time_duration.sum/ms"] / 1e6).clip(upper=1.0)
+        # (ncu reports the duration in us; at its locked base clock, so busy can pass 1)
+        unit = json.loads((Path(data) / "counter_units.json").read_text()).get(
+            "gpu__time_duration.sum", "us")
+        busy = X["gpu__time_duration.sum/ms"] / {"ns": 1e6, "us": 1e3, "ms": 1.0}[unit]
         other = [c for c in X.columns if not c.endswith("/ms")]
         X = pd.concat([X, X[other].mul(busy, axis=0).add_suffix(" x busy")], axis=1)
         X["busy"] = busy

@@ -58,10 +58,11 @@ class SearchSpace:
     softmax: bool
     # Model-family scaling, as MobileNet and EfficientNet scale (optional; empty: the fixed
     # `input` and channel ranges): an input resolution and a width multiplier drawn per model,
-    # and a FLOPs budget a draw must fit (redrawn from the same stream until it does).
+    # and a FLOPs window a draw must fit (redrawn from the same stream until it does).
     resolutions: tuple[int, ...] = ()
     widths: tuple[float, ...] = ()
     max_flops: float | None = None
+    min_flops: float | None = None
     channel_multiple: int = 1
 
 
@@ -170,7 +171,7 @@ def parse_space(data: Any, where: str = "") -> SearchSpace:
     """Validate a space given as parsed YAML; raises ConfigError naming the first problem."""
     top = _mapping(data, where or "file", ("name", "input", "channel_multiple", "activation",
                                            "stem", "stages", "blocks", "skip", "head",
-                                           "resolution", "width", "max_flops"),
+                                           "resolution", "width", "max_flops", "min_flops"),
                    ("name", "input", "stages", "blocks", "head"))
     name = top["name"]
     if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
@@ -207,7 +208,9 @@ def parse_space(data: Any, where: str = "") -> SearchSpace:
         resolutions=_ints(top["resolution"], where, "resolution") if "resolution" in top else (),
         widths=_positive(top["width"], where, "width") if "width" in top else (),
         max_flops=_positive([top["max_flops"]], where, "max_flops")[0]
-        if "max_flops" in top else None, channel_multiple=multiple)
+        if "max_flops" in top else None,
+        min_flops=_positive([top["min_flops"]], where, "min_flops")[0]
+        if "min_flops" in top else None, channel_multiple=multiple)
 
 
 def _stride(value: Any, where: str) -> int:
@@ -274,12 +277,18 @@ def sample_one(space: SearchSpace, seed: int, index: int) -> dict:
         value = options[int(rng.integers(len(options)))]
         return value.item() if isinstance(value, np.generic) else value
 
+    bounded = space.max_flops is not None or space.min_flops is not None
     for _ in range(_MAX_DRAWS):
         arch = _draw(space, seed, index, pick)
-        if space.max_flops is None or _flops(arch) <= space.max_flops:
+        if not bounded:
             return arch
-    raise ConfigError(f"Search space {space.name}: no draw of {_MAX_DRAWS} fits max_flops "
-                      f"{space.max_flops:g}; raise it or narrow the space.")
+        flops = _flops(arch)
+        if (space.max_flops is None or flops <= space.max_flops) and \
+                (space.min_flops is None or flops >= space.min_flops):
+            return arch
+    raise ConfigError(f"Search space {space.name}: no draw of {_MAX_DRAWS} fits min_flops/"
+                      f"max_flops {space.min_flops}/{space.max_flops}; widen the bounds or the "
+                      "space.")
 
 
 _MAX_DRAWS = 1000

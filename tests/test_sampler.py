@@ -488,3 +488,11 @@ def test_shipped_datasets_are_still_the_samplers_draws(dataset, space):
     archs = [json.loads(a) for a in rows["arch"][:30]]
     drawn = sample(SPACES / f"{space}.yaml", max(a["index"] for a in archs) + 1, archs[0]["seed"])
     assert all(drawn[a["index"]] == a for a in archs)
+
+
+def test_a_flops_window_keeps_draws_between_its_bounds():
+    from latpred.sampler import _flops, load_space
+
+    space = load_space(SPACES / "converter_large.yaml")
+    flops = [_flops(a) for a in sample(space, 6, 1)]
+    assert all(space.min_flops <= f <= space.max_flops for f in flops)

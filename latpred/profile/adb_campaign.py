@@ -27,7 +27,7 @@ from latpred.errors import LatpredError
 from latpred.profile.adb import (DEFAULT_BINARY, REMOTE_DIR, AdbDevice, DeviceDisconnected,
                                  benchmark_args, benchmark_command, core_mask)
 from latpred.profile.benchmark_import import _manifest_fields, import_benchmark
-from latpred.profile.entries import ModelEntry, load_entry
+from latpred.profile.entries import ModelEntry, load_entries
 from latpred.profile.runner import RunReport, open_dataset
 
 OUTPUTS_DIR = "benchmark_model"
@@ -50,7 +50,7 @@ def profile_adb(paths: Sequence[str | os.PathLike], target, out: str | os.PathLi
     device.check_attached()
     device.check_binary(binary)
     cpus = core_mask(target, device.cpu_groups(), serial) if target.processor == "cpu" else None
-    entries = _entries(paths)
+    entries = load_entries(paths)
     target_name = str(target)
     example = benchmark_command(binary, benchmark_args(target, "MODEL", "CSV", kernels, runs,
                                                        warmup), cpus)
@@ -82,16 +82,6 @@ def profile_adb(paths: Sequence[str | os.PathLike], target, out: str | os.PathLi
     ds.compact()
     report.wall_s = time.perf_counter() - started
     return report
-
-
-def _entries(paths) -> list[ModelEntry]:
-    entries = [load_entry(p) for p in paths]
-    seen: dict[str, Path] = {}
-    for e in entries:
-        if seen.setdefault(e.model_id, e.path) != e.path:
-            raise LatpredError(f"Model id {e.model_id!r} is both {seen[e.model_id]} and {e.path}; "
-                               "a dataset holds one row per model and target.")
-    return entries
 
 
 def _measure_one(entry: ModelEntry, device: AdbDevice, target, out, keep: Path, binary: str,

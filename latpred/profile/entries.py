@@ -51,3 +51,15 @@ def load_entry(path: str | os.PathLike) -> ModelEntry:
                       space=str(info.get("space", "")),
                       seed=int(seed) if isinstance(seed, int) else -1,
                       arch=json.dumps(arch, sort_keys=True, separators=(",", ":")))
+
+
+def load_entries(paths: Sequence[str | os.PathLike]) -> list[ModelEntry]:
+    """`load_entry` of each path; two files with one model id are refused (a dataset holds one
+    row per model and target)."""
+    entries = [load_entry(p) for p in paths]
+    seen: dict[str, Path] = {}
+    for e in entries:
+        if seen.setdefault(e.model_id, e.path) != e.path:
+            raise LatpredError(f"Model id {e.model_id!r} is both {seen[e.model_id]} and {e.path}; "
+                               "a dataset holds one row per model and target.")
+    return entries

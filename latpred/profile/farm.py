@@ -126,12 +126,12 @@ def profile_on_ray(paths: Sequence[str | os.PathLike], target, out: str | os.Pat
     device that returned it has its next batch (`in_flight`: device resource -> model ids it is
     measuring), e.g. for a progress display or a test.
     """
-    from latpred.profile.adb_campaign import _entries
+    from latpred.profile.entries import load_entries
 
     from latpred.target import parse_target
 
     started, target = time.perf_counter(), parse_target(target)
-    entries = _entries(paths)
+    entries = load_entries(paths)
     ray, connected = connect(address)
     try:
         return _campaign(ray, entries, target, out, options, progress, on_result, started)

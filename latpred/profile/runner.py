@@ -44,7 +44,7 @@ import pandas as pd
 
 from latpred.dataset import Dataset
 from latpred.errors import LatpredError, MeasurementError
-from latpred.profile.entries import ModelEntry, load_entry, model_paths  # noqa: F401 (API)
+from latpred.profile.entries import ModelEntry, load_entries, load_entry, model_paths  # noqa: F401 (API)
 from latpred.profile.interleaved import InterleavedProtocol, measure_batch
 from latpred.profile.kernels import check_precision, kernel_plans, kernel_row
 from latpred.profile.litert_cpu import (REALTIME_PRIORITY, CpuRequest, measure_litert_cpu,
@@ -262,12 +262,7 @@ def profile_models(paths: Sequence[str | os.PathLike], target, out: str | os.Pat
                                "import-benchmark`.")
     measurer = measurer or cpu_measurer(target)
     target_name = str(target)
-    entries = [load_entry(p) for p in paths]
-    seen: dict[str, Path] = {}
-    for e in entries:
-        if seen.setdefault(e.model_id, e.path) != e.path:
-            raise LatpredError(f"Model id {e.model_id!r} is both {seen[e.model_id]} and {e.path}; "
-                               "a dataset holds one row per model and target.")
+    entries = load_entries(paths)
     mode, note = kernel_timing(options, measurer)
     in_context = mode == "in_context"
     protocol = options.protocol if in_context else "sequential"

@@ -396,6 +396,37 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
 
 
 @main.command()
+@click.option("--from", "source", required=True, type=click.Path(file_okay=False, exists=True),
+              help="Predictor trained on another device (`latpred train`).")
+@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True),
+              help="Dataset of the few models (10-30) measured on the new device.")
+@click.option("--target", "target_name", default=None,
+              help="The new device's target (default: DATA's only target).")
+@click.option("--method", default="auto", show_default=True,
+              type=click.Choice(["auto", "scale", "residual"]),
+              help="Per-kernel-type factors, factors plus residual trees, or the better of "
+                   "the two in a cross-validation over DATA.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Predictor directory to write.")
+def adapt(source: str, data: str, target_name: str | None, method: str, seed: int,
+          out: str) -> None:
+    """Adapt a predictor to a new device from a few models measured there (docs/fewshot.md)."""
+    from latpred.predictors.adapt import adapt_dataset
+    from latpred.predictors.console import print_training
+
+    model = adapt_dataset(source, data, target_name, method, seed)
+    model.save(out)
+    print_training(model)
+    cv = model.training.get("method_cv_mape") or {}
+    chosen = model.training["method"] + (
+        " (cross-validated MAPE " + ", ".join(f"{m} {100 * v:.1f}%" for m, v in cv.items()) + ")"
+        if cv else "")
+    click.echo(f"Adapted from {model.training['adapted_from']} with {chosen} on "
+               f"{model.training['n_models']} models; saved the predictor to {out}.")
+
+
+@main.command()
 @click.option("--predictor", required=True, type=click.Path(file_okay=False),
               help="Predictor directory written by `latpred train`.")
 @click.option("--target", "target_name", default=None, help="Refuse a predictor for another one.")
@@ -445,17 +476,20 @@ def _pt2_graph(path: str):
               help="Dataset to test on (to train on too, for --protocol a and b).")
 @click.option("--predictor", default=None, type=click.Path(file_okay=False),
               help="Score this trained predictor on DATA (its training models left out).")
-@click.option("--protocol", default=None, type=click.Choice(["a", "b", "c"]),
-              help="a: 90/10 split (900/100), b: training sizes, c: train on --train-data.")
+@click.option("--protocol", default=None, type=click.Choice(["a", "b", "c", "fewshot"]),
+              help="a: 90/10 split (900/100), b: training sizes, c: train on --train-data, "
+                   "fewshot: adapt --predictor to DATA's device from --sizes models.")
 @click.option("--target", "target_name", default=None, help="Target, for --protocol.")
 @click.option("--train-data", default=None, type=click.Path(file_okay=False, exists=True),
-              help="Protocol c: the dataset to train on (DATA is the test set).")
+              help="Protocol c: the dataset to train on (DATA is the test set); fewshot: "
+                   "the pool the few models are drawn from.")
 @click.option("--family", "families", multiple=True, type=_FAMILY,
               help="Families to train (repeatable; default all four).")
 @click.option("--search", "searches", multiple=True,
               help="Searches to run (repeatable: latpred, paper, none; default latpred).")
-@click.option("--sizes", default="30,100,300,900", show_default=True,
-              help="Protocol b: training-set sizes.")
+@click.option("--sizes", default=None,
+              help="Protocol b: training-set sizes [30,100,300,900]; fewshot: numbers of "
+                   "models [10,20,30].")
 @click.option("--no-baselines", is_flag=True, help="Skip FLOPs-linear and nn-Meter.")
 @click.option("--no-ablations", is_flag=True, help="Skip the GPU ablations.")
 @click.option("--analytical-features", is_flag=True,

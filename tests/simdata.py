@@ -36,8 +36,11 @@ def kernel_ms(ktype: str, f: dict) -> float:
 
 
 def simulate(root: str | Path, target: str = "host/cpu/fp32/t1", n_models: int = 60,
-             seed: int = 0, noise: float = 0.01) -> Dataset:
-    """Write a dataset of `n_models` synthetic_cnn models measured on `target` by the cost model."""
+             seed: int = 0, noise: float = 0.01,
+             type_scale: dict[str, float] | None = None) -> Dataset:
+    """Write a dataset of `n_models` synthetic_cnn models measured on `target` by the cost model;
+    `type_scale` multiplies some kernel types' latencies (another device, for few-shot tests)."""
+    type_scale = type_scale or {}
     rng = np.random.default_rng(seed)
     t = parse_target(target)
     ds = Dataset.create(root, "simulated")
@@ -48,7 +51,7 @@ def simulate(root: str | Path, target: str = "host/cpu/fp32/t1", n_models: int =
         ks = deduce(g, t)
         for i, k in enumerate(ks):
             f = kernel_features(g, k, t)
-            ms = kernel_ms(k.type, f) * rng.lognormal(0, noise)
+            ms = kernel_ms(k.type, f) * type_scale.get(k.type, 1.0) * rng.lognormal(0, noise)
             total += ms
             kernels.append({"model_id": g.name, "target": target, "kernel_index": i,
                             "kernel_type": k.type,

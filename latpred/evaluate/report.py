@@ -13,7 +13,8 @@ from latpred.evaluate.noise import noise_cell
 
 _TITLES = {"split": "(a) hold-out split of one dataset", "sizes": "(b) training-set sizes",
            "transfer": "(c) train on one dataset, test on another",
-           "predictor": "a trained predictor on a dataset"}
+           "predictor": "a trained predictor on a dataset",
+           "fewshot": "few-shot adaptation to a new device"}
 
 
 def summary_rows(ev) -> list[dict[str, Any]]:
@@ -125,13 +126,20 @@ def _sizes(ev) -> list[str]:
     if ev.sizes is None or ev.sizes.empty:
         return []
     table = ev.sizes.pivot_table(index="method", columns="n_train", values="mape", sort=False)
+    # few-shot rows are means over random draws: their spread is shown beside them
+    spread = (ev.sizes.pivot_table(index="method", columns="n_train", values="mape_std",
+                                   sort=False) if "mape_std" in ev.sizes else None)
     cols = list(table.columns)
-    lines = ["", "## Training-set sizes (end-to-end MAPE)", "",
+    title = ("Models measured on the new device (end-to-end MAPE, mean ± sd over draws)"
+             if spread is not None else "Training-set sizes (end-to-end MAPE)")
+    lines = ["", f"## {title}", "",
              f"Label noise of the test set: {noise_cell(ev.noise)}.", "",
              "| method | " + " | ".join(str(c) for c in cols) + " |",
              "|---|" + "---:|" * len(cols)]
     for method, row in table.iterrows():
-        lines.append(f"| {method} | " + " | ".join(_pct(row[c]) for c in cols) + " |")
+        cells = [_pct(row[c]) + ("" if spread is None else f" ± {_pct(spread.loc[method, c])}")
+                 for c in cols]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -25,6 +25,8 @@ def run_cli(data: str, predictor: str | None, protocol: str | None, target: str 
             sizes: str, baselines: bool, ablations: bool, include_training: bool,
             seed: int, analytical: bool = False) -> Evaluation:
     """The Evaluation `latpred evaluate` asked for."""
+    if protocol == "fewshot":
+        return _fewshot(data, predictor, target, train_data, families, sizes, seed)
     if (predictor is None) == (protocol is None):
         raise LatpredError("Give either --predictor DIR (score a trained predictor) or "
                            "--protocol a|b|c (train and compare), not both or neither.")
@@ -46,12 +48,30 @@ def run_cli(data: str, predictor: str | None, protocol: str | None, target: str 
         return protocol_split(data, target, families, searches, seed=seed, baselines=baselines,
                               ablations=ablations, progress=say, analytical=analytical)
     if protocol == "b":
-        return protocol_sizes(data, target, families, searches[0], parse_sizes(sizes),
-                              seed=seed, baselines=baselines, progress=say,
-                              analytical=analytical)
+        return protocol_sizes(data, target, families, searches[0],
+                              parse_sizes(sizes or "30,100,300,900"), seed=seed,
+                              baselines=baselines, progress=say, analytical=analytical)
     return protocol_transfer(train_data, data, target, families, searches, seed=seed,
                              baselines=baselines, ablations=ablations, progress=say,
                              analytical=analytical)
+
+
+def _fewshot(data: str, predictor: str | None, target: str | None, train_data: str | None,
+             families: Sequence[str], sizes: str, seed: int) -> Evaluation:
+    """Few-shot: --predictor is the source, --data the new device's models (split into a pool
+    and a test set, or only the test set when --train-data is the pool)."""
+    from latpred.evaluate.fewshot import SHOTS, protocol_fewshot
+    from latpred.predictors import LatencyModel
+
+    if predictor is None or target is None:
+        raise LatpredError("--protocol fewshot needs --predictor SOURCE (trained on another "
+                           "device) and --target, the new device's target.")
+    shots = parse_sizes(sizes) if sizes else SHOTS
+    source = LatencyModel.load(predictor)
+    pool, test = (train_data, data) if train_data is not None else (data, None)
+    return protocol_fewshot(source, pool, target, shots, test_dataset=test,
+                            families=tuple(families) or ("gbdt", "lasso"), seed=seed,
+                            progress=_progress())
 
 
 def _progress():

@@ -5,7 +5,8 @@
                         training metrics, and name + sha256 of every artifact
     <kernel_type><suffix>   one artifact per kernel type in its family's safe format:
                         JSON weights (lasso), skops with checked types (rf), LightGBM text
-                        model (gbdt), safetensors (mlp)
+                        model (gbdt), safetensors (mlp); an adapted type (`latpred adapt`)
+                        is JSON embedding its source artifact, base64 with its own sha256
 
 Loading parses predictor.json as JSON, refuses another format version or another target,
 refuses an artifact whose name is not a plain file name of this directory, and checks each
@@ -117,12 +118,20 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     return doc
 
 
+def _families() -> dict[str, Any]:
+    """The trainable families and the adapted wrapper (`latpred adapt`), by artifact family."""
+    from latpred.predictors.adapt import AdaptedRegressor
+
+    return {**FAMILIES, AdaptedRegressor.family: AdaptedRegressor}
+
+
 def _read_fit(root: Path, ktype: str, entry: dict[str, Any]) -> TypeFit:
     name, family = entry["artifact"], entry["family"]
     if not isinstance(name, str) or not _SAFE_NAME.match(name):
         raise PredictorError(f"The artifact name {name!r} of kernel type {ktype} is not a plain "
                              "file name; the predictor has been tampered with.")
-    if family not in FAMILIES:
+    families = _families()
+    if family not in families:
         raise PredictorError(f"Kernel type {ktype} names an unknown family {family!r}.")
     path = root / name
     try:
@@ -133,7 +142,7 @@ def _read_fit(root: Path, ktype: str, entry: dict[str, Any]) -> TypeFit:
         raise PredictorError(f"The artifact {path} does not match the sha256 recorded in "
                              f"{MANIFEST}; it was modified after training, refusing to load it.")
     try:
-        reg = FAMILIES[family].restore(data, dict(entry["params"]))
+        reg = families[family].restore(data, dict(entry["params"]))
     except Exception as err:  # any failure to parse a foreign file is the user's file's fault
         raise PredictorError(f"The artifact {path} of kernel type {ktype} is not a valid "
                              f"{family} model ({type(err).__name__}); refusing it.") from None

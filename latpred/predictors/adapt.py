@@ -1,0 +1,266 @@
+"""Few-shot adaptation: carry a predictor trained on one device to another from a few models.
+
+A source predictor has learned how latency varies with a kernel's configuration; a new device
+mostly changes how fast each kind of kernel runs (another core, two threads, int8 arithmetic).
+So the adapted predictor keeps the source's regressors and learns, from 10-30 models measured
+on the new device, what differs (HELP and LitePred adapt from as few; nn-Meter retrains):
+
+- `scale`: one factor per kernel type, the percentage-optimal ratio between the new device's
+  kernel latencies and the source's predictions (it minimises Eq. 1's squared percentage error
+  in closed form), shrunk towards the factor of all kernels together when a type has few rows;
+- `residual`: the factor, then a small, heavily regularised GBDT per kernel type on what is
+  left (the ratio measured / scaled prediction, from the type's own features): the trees are
+  fine-tuned on the residuals instead of retrained;
+- `auto`: whichever of the two has the lower end-to-end MAPE in a cross-validation over the
+  few models (grouped by model, so no model is in its own test fold).
+
+Kernel types the source never measured are trained from the new device's rows alone (the
+fallback Lasso on FLOPs and bytes when too few). The overhead is re-fitted on the new device's
+models (constant under 10 models, as in training). The result is an ordinary LatencyModel: its
+adapted types hold an `AdaptedRegressor` that saves and loads like any family.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+import pandas as pd
+
+from latpred.errors import PredictorError
+from latpred.predictors.base import LatencyRegressor
+from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback, fit_type
+
+METHODS = ("auto", "scale", "residual")
+# Rows at which a type's own factor gets half the weight (the rest: all kernels' factor): a
+# type seen in one or two kernels leans on the common factor, one seen in 20 barely does.
+SHRINK_ROWS = 5
+# Fewest rows of a type for a residual GBDT; below it the factor alone is used.
+RESIDUAL_MIN_ROWS = 40
+
+
+class AdaptedRegressor(LatencyRegressor):
+    """A source regressor times a factor, optionally times a residual GBDT's ratio."""
+
+    artifact_suffix: ClassVar[str] = ".adapted.json"
+    family: ClassVar[str] = "adapted"
+
+    def __init__(self, base: LatencyRegressor | None = None, scale: float = 1.0,
+                 residual: LatencyRegressor | None = None):
+        self.base = base
+        self.scale = scale
+        self.residual = residual
+        if base is not None:
+            self.n_features_in_ = base.n_features_in_
+
+    def fit(self, X: Any, y: Any) -> "AdaptedRegressor":  # pragma: no cover - built by adapt
+        raise NotImplementedError("AdaptedRegressor is built by latpred.predictors.adapt.")
+
+    def predict(self, X: Any) -> np.ndarray:
+        X = self._check_predict(X)
+        p = self.base.predict(X) * self.scale
+        return p if self.residual is None else p * self.residual.predict(X)
+
+    def export(self) -> tuple[bytes, dict[str, Any]]:
+        doc = {"scale": float(self.scale), "base": _pack(self.base),
+               "residual": _pack(self.residual) if self.residual is not None else None}
+        return json.dumps(doc).encode(), {}
+
+    @classmethod
+    def restore(cls, data: bytes, params: dict[str, Any]) -> "AdaptedRegressor":
+        doc = json.loads(data.decode("utf-8"))
+        residual = _unpack(doc["residual"]) if doc.get("residual") else None
+        return cls(_unpack(doc["base"]), float(doc["scale"]), residual)
+
+
+def _pack(reg: LatencyRegressor) -> dict[str, Any]:
+    data, params = reg.export()
+    return {"family": type(reg).family, "params": params,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "artifact": base64.b64encode(data).decode("ascii")}
+
+
+def _unpack(entry: dict[str, Any]) -> LatencyRegressor:
+    from latpred.predictors.search import FAMILIES
+
+    data = base64.b64decode(entry["artifact"])
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise ValueError("an embedded artifact does not match its sha256")
+    if entry["family"] not in FAMILIES:
+        raise ValueError(f"unknown embedded family {entry['family']!r}")
+    return FAMILIES[entry["family"]].restore(data, dict(entry["params"]))
+
+
+# -- adaptation ------------------------------------------------------------------------------------
+def adapt_dataset(source, dataset, target: str | None = None, method: str = "auto",
+                  seed: int = 0):
+    """`source` (a LatencyModel or its directory) adapted to the models measured in `dataset`
+    (a Dataset or its directory) for `target`, by default the dataset's only target."""
+    from pathlib import Path
+
+    from latpred.dataset import Dataset
+    from latpred.predictors.model import LatencyModel
+    from latpred.predictors.training import load_tables
+
+    if not isinstance(source, LatencyModel):
+        source = LatencyModel.load(source)
+    ds = dataset if isinstance(dataset, Dataset) else Dataset.open(dataset)
+    if target is None:
+        targets = ds.targets()
+        if len(targets) != 1:
+            raise PredictorError(f"The dataset at {ds.root} measures {len(targets)} targets "
+                                 f"({', '.join(targets) or 'none'}); name one with --target.")
+        target = targets[0]
+    kernels, models = load_tables(ds, target)
+    info = {"dataset": str(Path(ds.root).resolve())}
+    return adapt(source, kernels, models, target, method, seed, info)
+
+
+def adapt(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
+          method: str = "auto", seed: int = 0, info: dict[str, Any] | None = None):
+    """The LatencyModel `source` adapted to `target` from the few models' tables (kernel rows
+    and model rows as `predictors.training` builds them)."""
+    from latpred.predictors.model import LatencyModel
+    from latpred.predictors.overhead import fit_overhead
+
+    if method not in METHODS:
+        raise PredictorError(f"Unknown adaptation method {method!r}; choose one of "
+                             f"{', '.join(METHODS)}.")
+    if kernels.empty or models.empty:
+        raise PredictorError(f"No model of target {target} has its end-to-end and kernel "
+                             "latencies measured; adaptation needs a few such models.")
+    chosen, cv = (_choose(source, kernels, models, seed) if method == "auto"
+                  else (method, {}))
+    types = adapt_types(source, kernels, chosen, seed)
+    overhead = fit_overhead(models["n_kernels"].to_numpy(), models["kernel_sum_ms"].to_numpy(),
+                            models["latency_ms"].to_numpy(), "auto", seed)
+    ids = sorted(set(kernels["model_id"]) | set(models["model_id"]))
+    training = {**(info or {}), "adapted_from": source.target, "source_family": source.family,
+                "source_training": dict(source.training), "method": chosen,
+                "method_cv_mape": cv, "n_models": len(ids),
+                "n_kernel_rows": int(len(kernels)), "seed": seed, "train_models": ids}
+    fallback = fit_fallback(kernels) or source.fallback
+    return LatencyModel(target, source.family, types, overhead, fallback, training,
+                        source.analytical_features)
+
+
+def adapt_types(source, kernels: pd.DataFrame, method: str, seed: int) -> dict[str, TypeFit]:
+    """Per kernel type of `kernels`: the source's regressor rescaled (and residual-tuned), or a
+    regressor of the new device's rows where the source has none (or lacks its features)."""
+    base_pred = _source_predictions(source, kernels)
+    y = kernels["latency_ms"].to_numpy(np.float64)
+    known = np.isfinite(base_pred)
+    overall = _factor(base_pred[known], y[known]) if known.any() else 1.0
+    fits: dict[str, TypeFit] = {}
+    for ktype, idx in kernels.groupby("kernel_type").indices.items():
+        rows = kernels.iloc[idx]
+        if not np.isfinite(base_pred[idx]).all():
+            fits[ktype] = _fresh_fit(ktype, rows, seed)
+            continue
+        p, t = base_pred[idx], y[idx]
+        w = len(idx) / (len(idx) + SHRINK_ROWS)
+        own = _factor(p, t)
+        scale = w * own + (1 - w) * overall
+        src = source.types[ktype]
+        residual = None
+        if method == "residual" and len(idx) >= RESIDUAL_MIN_ROWS:
+            residual = _fit_residual(rows, src.features, t / (p * scale), seed)
+        reg = AdaptedRegressor(src.regressor, scale, residual)
+        pred = reg.predict(rows[[FEATURE_PREFIX + f for f in src.features]].to_numpy(np.float64))
+        fits[ktype] = TypeFit(ktype, src.features, reg, {
+            "n_rows": int(len(idx)), "scale": float(scale), "type_factor": own,
+            "common_factor": overall, "residual": residual is not None,
+            "source_rows": src.metrics.get("n_rows"),
+            "train_mape": float(np.mean(np.abs(pred - t) / t))})
+    return fits
+
+
+def _source_predictions(source, kernels: pd.DataFrame) -> np.ndarray:
+    """The source's prediction for every kernel row; NaN where the source has no regressor for
+    the type or the rows lack one of its features."""
+    out = np.full(len(kernels), np.nan)
+    for ktype, idx in kernels.groupby("kernel_type").indices.items():
+        fit = source.types.get(ktype)
+        if fit is None:
+            continue
+        cols = [FEATURE_PREFIX + f for f in fit.features]
+        if any(c not in kernels for c in cols):
+            continue
+        X = kernels.iloc[idx][cols].to_numpy(np.float64)
+        if np.isfinite(X).all():
+            out[idx] = fit.regressor.predict(X)
+    return out
+
+
+def _factor(p: np.ndarray, y: np.ndarray) -> float:
+    """argmin_s sum(((s p - y) / y)^2) = sum(p / y) / sum((p / y)^2)."""
+    r = p / y
+    return float(np.sum(r) / np.sum(r * r))
+
+
+def _fit_residual(rows: pd.DataFrame, features: Sequence[str], ratio: np.ndarray, seed: int):
+    """A small GBDT on ratio = measured / scaled prediction; fitted on Eq. 1 (weights 1/r^2),
+    so the product's percentage error is what it minimises (as `LinearBaseMixin` argues)."""
+    from latpred.predictors.gbdt import PercentGBDT
+
+    X = pd.DataFrame(rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64),
+                     columns=list(features))
+    reg = PercentGBDT(n_estimators=60, learning_rate=0.05, num_leaves=4,
+                      min_child_samples=max(10, len(rows) // 10), reg_lambda=1.0,
+                      random_state=seed)
+    return reg.fit(X, ratio)
+
+
+def _fresh_fit(ktype: str, rows: pd.DataFrame, seed: int) -> TypeFit:
+    """A type the source cannot predict: a Lasso on the new device's own rows (its alpha
+    searched where there are rows enough), or the cost-feature fallback when the rows lack the
+    type's feature schema."""
+    from latpred.errors import DatasetError
+    from latpred.predictors.search import load_search
+
+    try:
+        return fit_type(ktype, rows, load_search("lasso", "latpred"), seed)
+    except DatasetError:  # no usable schema: the shared cost features still are
+        fb = fit_fallback(rows)
+        if fb is None:
+            raise PredictorError(f"Kernel type {ktype} is new on this device and its rows carry "
+                                 "no cost features to learn it from.") from None
+        return TypeFit(ktype, fb.features, fb.regressor, fb.metrics)
+
+
+def _choose(source, kernels: pd.DataFrame, models: pd.DataFrame, seed: int
+            ) -> tuple[str, dict[str, float]]:
+    """The method with the lower end-to-end MAPE over grouped folds of the few models."""
+    from sklearn.model_selection import KFold
+
+    ids = np.array(sorted(models["model_id"]))
+    if len(ids) < 4:
+        return "scale", {}
+    errors: dict[str, list[float]] = {"scale": [], "residual": []}
+    for train, test in KFold(min(5, len(ids)), shuffle=True, random_state=seed).split(ids):
+        tr, te = set(ids[train]), set(ids[test])
+        k_tr, k_te = kernels[kernels["model_id"].isin(tr)], kernels[kernels["model_id"].isin(te)]
+        m_tr, m_te = models[models["model_id"].isin(tr)], models[models["model_id"].isin(te)]
+        for method in errors:
+            model = adapt(source, k_tr, m_tr, source.target, method, seed)
+            errors[method].append(_e2e_mape(model, k_te, m_te))
+    cv = {m: float(np.mean(e)) for m, e in errors.items()}
+    return min(cv, key=lambda m: (cv[m], m != "scale")), cv
+
+
+def _e2e_mape(model, kernels: pd.DataFrame, models: pd.DataFrame) -> float:
+    """End-to-end MAPE of `model` on measured kernel rows (their features, not re-deduced)."""
+    per_kernel = np.zeros(len(kernels))
+    for ktype, idx in kernels.groupby("kernel_type").indices.items():
+        fit = model.types.get(ktype) or model.fallback
+        X = kernels.iloc[idx][[FEATURE_PREFIX + f for f in fit.features]].to_numpy(np.float64)
+        per_kernel[idx] = fit.regressor.predict(X)
+    sums = pd.Series(per_kernel, index=kernels.index).groupby(kernels["model_id"]).sum()
+    m = models.set_index("model_id")
+    s = sums.reindex(m.index).to_numpy()
+    pred = s + model.overhead.predict(m["n_kernels"].to_numpy(), s)
+    y = m["latency_ms"].to_numpy()
+    return float(np.mean(np.abs(pred - y) / y))

@@ -1,0 +1,166 @@
+"""Few-shot adaptation (issue 17 part 3) on simulated device pairs: a source device and a new
+one whose kernel types run at known, different speeds."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from latpred.cli import main
+from latpred.errors import PredictorError
+from latpred.predictors import LatencyModel
+from latpred.predictors.adapt import AdaptedRegressor, adapt, adapt_dataset
+from latpred.predictors.training import load_tables
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/simdata.py
+from simdata import simulate  # noqa: E402
+
+SRC, NEW = "host/cpu/fp32/t1", "host/cpu/fp32/t2"
+# The new device: convolutions much faster, depthwise slower, everything else 20% faster.
+SPEED = {"conv2d": 0.55, "dwconv2d": 1.4, "fc": 0.7}
+OTHER = 0.8
+
+
+def _new_device_scale() -> dict[str, float]:
+    types = ["conv2d", "grouped_conv2d", "dwconv2d", "fc", "pool", "elementwise", "activation",
+             "mean", "softmax", "reshape", "concat", "pad", "other"]
+    return {t: SPEED.get(t, OTHER) for t in types}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fewshot")
+    src_ds = simulate(root / "src", SRC, n_models=60, seed=0)
+    new_ds = simulate(root / "new", NEW, n_models=50, seed=1, type_scale=_new_device_scale())
+    source = LatencyModel.fit(src_ds, SRC, family="lasso", search="latpred")
+    return source, new_ds, root
+
+
+def _split(ds, n):
+    kernels, models = load_tables(ds, NEW)
+    ids = sorted(models["model_id"])
+    few, rest = ids[:n], ids[n:]
+    return (kernels[kernels["model_id"].isin(few)], models[models["model_id"].isin(few)],
+            kernels[kernels["model_id"].isin(rest)], models[models["model_id"].isin(rest)])
+
+
+def _e2e_mape(model, ds, ids):
+    from latpred.evaluate.data import load_eval_set
+
+    test = load_eval_set(ds, NEW, ids)
+    pred = np.array([p.total_ms for p in model.predict_kernels(test.graphs, test.kernels,
+                                                                 allow_fallback=True)])
+    return float(np.mean(np.abs(pred - test.measured_ms) / test.measured_ms))
+
+
+def test_scale_recovers_each_kernel_types_speed_from_ten_models(pair):
+    source, new_ds, _ = pair
+    k, m, _, m_rest = _split(new_ds, 10)
+    model = adapt(source, k, m, NEW, "scale")
+    assert model.target == NEW and model.training["adapted_from"] == SRC
+    for ktype, want in SPEED.items():
+        if ktype in model.types and model.types[ktype].metrics["n_rows"] >= 20:
+            m_ = model.types[ktype].metrics
+            assert m_["type_factor"] == pytest.approx(want, rel=0.1), ktype
+            lo, hi = sorted((m_["type_factor"], m_["common_factor"]))
+            assert lo <= m_["scale"] <= hi  # shrunk towards the common factor
+    adapted = _e2e_mape(model, new_ds, m_rest["model_id"])
+    as_is = _e2e_mape(source, new_ds, m_rest["model_id"])
+    assert adapted < 0.06 and adapted < as_is / 3  # the source: 2.6% on its own device
+
+
+def test_adapted_predictor_saves_loads_and_refuses_a_tampered_source(pair, tmp_path):
+    source, new_ds, _ = pair
+    k, m, _, _ = _split(new_ds, 12)
+    model = adapt(source, k, m, NEW, "residual")
+    assert any(isinstance(f.regressor, AdaptedRegressor) and f.regressor.residual is not None
+               for f in model.types.values())
+    model.save(tmp_path / "p")
+    back = LatencyModel.load(tmp_path / "p", target=NEW)
+    from latpred.sampler import build_graph, sample
+    from simdata import SPACE
+
+    graphs = [build_graph(a) for a in sample(SPACE, 5, 99)]
+    want = [p.total_ms for p in model.predict_many(graphs, allow_fallback=True)]
+    got = [p.total_ms for p in back.predict_many(graphs, allow_fallback=True)]
+    assert got == pytest.approx(want, rel=1e-12)
+    # an embedded source artifact edited after adaptation is refused like any artifact
+    manifest = json.loads((tmp_path / "p" / "predictor.json").read_text())
+    name = manifest["kernel_types"]["conv2d"]["artifact"]
+    doc = json.loads((tmp_path / "p" / name).read_text())
+    doc["scale"] = 2.0
+    (tmp_path / "p" / name).write_text(json.dumps(doc))
+    with pytest.raises(PredictorError, match="sha256"):
+        LatencyModel.load(tmp_path / "p")
+
+
+def test_a_kernel_type_the_source_never_saw_is_learned_from_the_new_device(pair):
+    source, new_ds, _ = pair
+    k, m, _, _ = _split(new_ds, 15)
+    busiest = k["kernel_type"].value_counts().index[0]
+    blind = dataclasses.replace(source, types={t: f for t, f in source.types.items()
+                                               if t != busiest})
+    model = adapt(blind, k, m, NEW, "scale")
+    assert not isinstance(model.types[busiest].regressor, AdaptedRegressor)
+    assert model.types[busiest].metrics["n_rows"] == int((k["kernel_type"] == busiest).sum())
+
+
+def test_auto_picks_by_cross_validation_and_records_it(pair):
+    source, new_ds, _ = pair
+    k, m, _, _ = _split(new_ds, 20)
+    model = adapt(source, k, m, NEW, "auto")
+    cv = model.training["method_cv_mape"]
+    assert set(cv) == {"scale", "residual"}
+    assert model.training["method"] == min(cv, key=cv.get)
+
+
+def test_protocol_fewshot_reports_every_method_over_draws(pair, tmp_path):
+    from latpred.evaluate import write_report
+    from latpred.evaluate.fewshot import protocol_fewshot
+
+    source, new_ds, _ = pair
+    ev = protocol_fewshot(source, new_ds, NEW, shots=(10, 20), draws=2, n_test=20,
+                          families=("lasso",))
+    assert ev.protocol == "fewshot" and len(ev.test) == 20
+    methods = set(ev.sizes["method"])
+    assert {"adapt scale", "adapt residual", "adapt auto", "scratch lasso", "source as is",
+            "source x global factor"} <= methods
+    assert (ev.sizes["draws"] == 2).all() and set(ev.sizes["n_train"]) == {10, 20}
+    best = ev.sizes[ev.sizes["n_train"] == 10].set_index("method")["mape"]
+    assert best["adapt scale"] < best["source as is"]
+    text = write_report(ev, tmp_path / "r").read_text()
+    assert "few-shot adaptation" in text and "±" in text
+
+
+def test_adapt_command_and_its_errors(pair, tmp_path):
+    source, new_ds, root = pair
+    source.save(tmp_path / "src")
+    runner = CliRunner()
+    res = runner.invoke(main, ["adapt", "--from", str(tmp_path / "src"), "--data",
+                               str(new_ds.root), "--method", "scale", "--out",
+                               str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "Adapted from host/cpu/fp32/t1 with scale on 50 models" in res.output
+    assert LatencyModel.load(tmp_path / "a").target == NEW
+    res = runner.invoke(main, ["adapt", "--from", str(tmp_path / "src"), "--data",
+                               str(new_ds.root), "--target", "host/cpu/int8/t1", "--out",
+                               str(tmp_path / "b")])
+    assert res.exit_code == 2 and "no measurements for target host/cpu/int8/t1" in res.output
+    res = runner.invoke(main, ["adapt", "--from", str(new_ds.root), "--data", str(new_ds.root),
+                               "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "predictor.json is missing" in res.output
+
+
+def test_adapt_dataset_needs_a_target_when_the_data_has_several(pair, tmp_path):
+    from latpred.dataset_merge import merge_datasets
+
+    source, new_ds, root = pair
+    merge_datasets([new_ds.root, root / "src"], tmp_path / "both")
+    with pytest.raises(PredictorError, match="name one with --target"):
+        adapt_dataset(source, tmp_path / "both")

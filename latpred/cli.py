@@ -490,6 +490,8 @@ def _pt2_graph(path: str):
 @click.option("--sizes", default=None,
               help="Protocol b: training-set sizes [30,100,300,900]; fewshot: numbers of "
                    "models [10,20,30].")
+@click.option("--draws", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Protocol fewshot: random draws of the models per size.")
 @click.option("--no-baselines", is_flag=True, help="Skip FLOPs-linear and nn-Meter.")
 @click.option("--no-ablations", is_flag=True, help="Skip the GPU ablations.")
 @click.option("--analytical-features", is_flag=True,
@@ -501,8 +503,8 @@ def _pt2_graph(path: str):
               type=click.Path(file_okay=False), help="Report directory (Markdown + PNG).")
 def evaluate(data: str, predictor: str | None, protocol: str | None, target_name: str | None,
              train_data: str | None, families: tuple[str, ...], searches: tuple[str, ...],
-             sizes: str, no_baselines: bool, no_ablations: bool, analytical_features: bool,
-             include_training: bool, seed: int, out: str) -> None:
+             sizes: str | None, draws: int, no_baselines: bool, no_ablations: bool,
+             analytical_features: bool, include_training: bool, seed: int, out: str) -> None:
     """Score a predictor on DATA, or run an evaluation protocol with baselines; write a report."""
     from latpred.evaluate import write_report
     from latpred.evaluate.console import print_summary
@@ -510,7 +512,7 @@ def evaluate(data: str, predictor: str | None, protocol: str | None, target_name
 
     ev = run_cli(data, predictor, protocol, target_name, train_data, families, searches, sizes,
                  not no_baselines, not no_ablations, include_training, seed,
-                 analytical_features)
+                 analytical_features, draws)
     print_summary(ev, write_report(ev, out))
 
 

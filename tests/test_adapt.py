@@ -164,3 +164,22 @@ def test_adapt_dataset_needs_a_target_when_the_data_has_several(pair, tmp_path):
     merge_datasets([new_ds.root, root / "src"], tmp_path / "both")
     with pytest.raises(PredictorError, match="name one with --target"):
         adapt_dataset(source, tmp_path / "both")
+
+
+def test_a_source_of_another_precision_sees_the_new_kernels_in_its_own_bytes(pair, tmp_path):
+    from latpred.predictors.adapt import BYTE_FEATURES
+
+    source, _, root = pair
+    int8 = simulate(root / "int8", "host/cpu/int8/t1", n_models=12, seed=3)
+    kernels, models = load_tables(int8, "host/cpu/int8/t1")
+    model = adapt(source, kernels, models, "host/cpu/int8/t1", "scale")
+    reg = model.types["conv2d"].regressor
+    want = tuple(4.0 if f in BYTE_FEATURES else 1.0 for f in model.types["conv2d"].features)
+    assert reg.feature_scale == want and 4.0 in want
+    rows = kernels[kernels["kernel_type"] == "conv2d"]
+    X = rows[["f_" + f for f in model.types["conv2d"].features]].to_numpy(float)
+    seen = source.types["conv2d"].regressor.predict(X * np.asarray(want))
+    assert reg.predict(X) == pytest.approx(seen * reg.scale)
+    model.save(tmp_path / "p")
+    back = LatencyModel.load(tmp_path / "p").types["conv2d"].regressor
+    assert back.feature_scale == want and back.predict(X) == pytest.approx(reg.predict(X))

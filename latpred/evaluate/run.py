@@ -23,10 +23,10 @@ def parse_sizes(text: str) -> tuple[int, ...]:
 def run_cli(data: str, predictor: str | None, protocol: str | None, target: str | None,
             train_data: str | None, families: Sequence[str], searches: Sequence[str],
             sizes: str, baselines: bool, ablations: bool, include_training: bool,
-            seed: int, analytical: bool = False) -> Evaluation:
+            seed: int, analytical: bool = False, draws: int = 10) -> Evaluation:
     """The Evaluation `latpred evaluate` asked for."""
     if protocol == "fewshot":
-        return _fewshot(data, predictor, target, train_data, families, sizes, seed)
+        return _fewshot(data, predictor, target, train_data, families, sizes, seed, draws)
     if (predictor is None) == (protocol is None):
         raise LatpredError("Give either --predictor DIR (score a trained predictor) or "
                            "--protocol a|b|c (train and compare), not both or neither.")
@@ -57,7 +57,7 @@ def run_cli(data: str, predictor: str | None, protocol: str | None, target: str 
 
 
 def _fewshot(data: str, predictor: str | None, target: str | None, train_data: str | None,
-             families: Sequence[str], sizes: str, seed: int) -> Evaluation:
+             families: Sequence[str], sizes: str | None, seed: int, draws: int) -> Evaluation:
     """Few-shot: --predictor is the source, --data the new device's models (split into a pool
     and a test set, or only the test set when --train-data is the pool)."""
     from latpred.evaluate.fewshot import SHOTS, protocol_fewshot
@@ -69,7 +69,7 @@ def _fewshot(data: str, predictor: str | None, target: str | None, train_data: s
     shots = parse_sizes(sizes) if sizes else SHOTS
     source = LatencyModel.load(predictor)
     pool, test = (train_data, data) if train_data is not None else (data, None)
-    return protocol_fewshot(source, pool, target, shots, test_dataset=test,
+    return protocol_fewshot(source, pool, target, shots, draws, test_dataset=test,
                             families=tuple(families) or ("gbdt", "lasso"), seed=seed,
                             progress=_progress())
 

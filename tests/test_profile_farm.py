@@ -4,6 +4,7 @@ killed mid-campaign. Skipped when Ray (the optional extra `latpred[ray]`) is not
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,8 +16,10 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from latpred.builder import GraphBuilder  # noqa: E402
 from latpred.dataset import Dataset  # noqa: E402
 from latpred.errors import LatpredError  # noqa: E402
+from latpred.profile import farm  # noqa: E402
 from latpred.profile.farm import (FarmOptions, cluster_devices, device_resources,  # noqa: E402
                                   profile_on_ray)
+from latpred.profile.farm_device import DeviceWorker  # noqa: E402
 from latpred.profile.interleaved import InterleavedProtocol  # noqa: E402
 from latpred.profile.runner import RunOptions  # noqa: E402
 from latpred.target import parse_target  # noqa: E402
@@ -87,13 +90,51 @@ def test_devices_are_the_nodes_declared_resources(cluster):
                                                          "latpred-cpu-2-3": 1}
 
 
-def test_a_node_killed_mid_campaign_loses_and_duplicates_nothing(cluster, models, tmp_path):
+def test_a_node_killed_mid_campaign_loses_and_duplicates_nothing(cluster, models, tmp_path,
+                                                                   monkeypatch):
     out = tmp_path / "farm"
+    # Marker file written by the worker node's actor once it is measuring its second batch.
+    measuring = tmp_path / "latpred-cpu-1-measuring.json"
     killed: list[str] = []
 
+    def wait_for(ready, what: str, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gave up waiting for {what}")
+            time.sleep(0.05)
+
+    class Gated(DeviceWorker):
+        """Orders the devices' batches so that the worker node is provably mid-batch when it
+        is killed, whatever the two devices' speeds (on a loaded machine latpred-cpu-0 could
+        otherwise measure every other batch before latpred-cpu-1 returned its first, leaving
+        it nothing in flight to be killed with). latpred-cpu-1's second batch announces its
+        models in `measuring` and then never finishes: its node is killed under it.
+        latpred-cpu-0's second batch waits for that marker, so a batch is still queued for
+        latpred-cpu-1 when its first one comes back. Defined here so that Ray ships it to
+        the actors by value."""
+
+        calls = 0
+
+        def measure(self, batch):
+            self.calls += 1
+            if self.calls == 2 and self.device.resource == "latpred-cpu-1":
+                part = measuring.with_suffix(".part")  # renamed: never read half-written
+                part.write_text(json.dumps([m.stem for m in batch]))
+                part.replace(measuring)
+                wait_for(lambda: False, "this node to be killed")
+            if self.calls == 2 and self.device.resource == "latpred-cpu-0":
+                wait_for(measuring.exists, "latpred-cpu-1 to measure its second batch")
+            return super().measure(batch)
+
+    monkeypatch.setattr(farm, "DeviceWorker", Gated)
+
     def kill_second_node(done: int, device: str, in_flight: dict) -> None:
-        # Kill the worker node just after its actor got its next batch (so it is mid-batch).
+        # Called once latpred-cpu-1's first batch is stored and its second handed out: kill
+        # its node as soon as its actor is measuring that second batch.
         if not killed and device == "latpred-cpu-1" and in_flight.get("latpred-cpu-1"):
+            wait_for(measuring.exists, "latpred-cpu-1 to measure its second batch")
+            assert json.loads(measuring.read_text()) == in_flight["latpred-cpu-1"]
             killed.extend(in_flight["latpred-cpu-1"])
             node = [n for n in cluster.worker_nodes][0]
             cluster.remove_node(node, allow_graceful=False)
@@ -112,6 +153,8 @@ def test_a_node_killed_mid_campaign_loses_and_duplicates_nothing(cluster, models
     # The batch the dead node held was measured on the surviving device.
     on = m.set_index("model_id")["farm_device"]
     assert all(on[k] == "latpred-cpu-0" for k in killed)
+    # The batch the node returned before it died is kept.
+    assert (on == "latpred-cpu-1").sum() == 2
     assert report.requeued == killed and report.devices_lost == ["latpred-cpu-1"]
     assert report.models_measured == 8 and report.models_failed == 0
     assert "1 lost mid-campaign" in report.summary()

@@ -403,9 +403,10 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
 @click.option("--target", "target_name", default=None,
               help="The new device's target (default: DATA's only target).")
 @click.option("--method", default="auto", show_default=True,
-              type=click.Choice(["auto", "scale", "residual"]),
-              help="Per-kernel-type factors, factors plus residual trees, or the better of "
-                   "the two in a cross-validation over DATA.")
+              type=click.Choice(["auto", "global", "scale", "residual"]),
+              help="One factor for all kernels, per-kernel-type factors, factors plus residual "
+                   "trees, or the simplest of the three within 5% of the best in a "
+                   "cross-validation over DATA.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Predictor directory to write.")

@@ -11,8 +11,9 @@ on the new device, what differs (HELP and LitePred adapt from as few; nn-Meter r
 - `residual`: the factor, then a small, heavily regularised GBDT per kernel type on what is
   left (the ratio measured / scaled prediction, from the type's own features): the trees are
   fine-tuned on the residuals instead of retrained;
-- `auto`: whichever of the two has the lower end-to-end MAPE in a cross-validation over the
-  few models (grouped by model, so no model is in its own test fold).
+- `global`: one factor for every kernel type (the one of all kernels together);
+- `auto`: the simplest of the three whose end-to-end MAPE in a cross-validation over the few
+  models (grouped by model, so no model is in its own test fold) is within 5% of the best.
 
 Kernel types the source never measured are trained from the new device's rows alone (the
 fallback Lasso on FLOPs and bytes when too few). The overhead is re-fitted on the new device's
@@ -34,7 +35,12 @@ from latpred.errors import PredictorError
 from latpred.predictors.base import LatencyRegressor
 from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback, fit_type
 
-METHODS = ("auto", "scale", "residual")
+METHODS = ("auto", "global", "scale", "residual")
+# From the simplest to the most flexible: `auto` keeps the simplest method whose cross-validated
+# error is within AUTO_TOLERANCE (relative) of the best, as a few models cannot tell apart
+# methods closer than that, and the simpler one carried better to real models (docs/fewshot.md).
+SIMPLEST_FIRST = ("global", "scale", "residual")
+AUTO_TOLERANCE = 0.05
 # Bytes per float element under each precision, and the features counted in bytes: the source
 # regressor sees a new device's kernels as it saw its own (an int8 convolution moves a quarter
 # of the bytes of the same fp32 one; to an fp32-trained tree that is another, thinner layer).
@@ -172,7 +178,8 @@ def adapt_types(source, kernels: pd.DataFrame, target: str, method: str, seed: i
             fits[ktype] = _fresh_fit(ktype, rows, seed)
             continue
         p, t = base_pred[idx], y[idx]
-        w = len(idx) / (len(idx) + SHRINK_ROWS)
+        # `global`: every type takes the common factor (the type's own is kept for the record)
+        w = 0.0 if method == "global" else len(idx) / (len(idx) + SHRINK_ROWS)
         own = _factor(p, t)
         scale = w * own + (1 - w) * overall
         src = source.types[ktype]
@@ -263,13 +270,14 @@ def _fresh_fit(ktype: str, rows: pd.DataFrame, seed: int) -> TypeFit:
 
 def _choose(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str, seed: int
             ) -> tuple[str, dict[str, float]]:
-    """The method with the lower end-to-end MAPE over grouped folds of the few models."""
+    """The simplest method whose end-to-end MAPE over grouped folds of the few models is within
+    AUTO_TOLERANCE of the best one's."""
     from sklearn.model_selection import KFold
 
     ids = np.array(sorted(models["model_id"]))
     if len(ids) < 4:
-        return "scale", {}
-    errors: dict[str, list[float]] = {"scale": [], "residual": []}
+        return "global", {}
+    errors: dict[str, list[float]] = {m: [] for m in SIMPLEST_FIRST}
     for train, test in KFold(min(5, len(ids)), shuffle=True, random_state=seed).split(ids):
         tr, te = set(ids[train]), set(ids[test])
         k_tr, k_te = kernels[kernels["model_id"].isin(tr)], kernels[kernels["model_id"].isin(te)]
@@ -278,7 +286,8 @@ def _choose(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str, se
             model = adapt(source, k_tr, m_tr, target, method, seed)
             errors[method].append(_e2e_mape(model, k_te, m_te))
     cv = {m: float(np.mean(e)) for m, e in errors.items()}
-    return min(cv, key=lambda m: (cv[m], m != "scale")), cv
+    best = min(cv.values())
+    return next(m for m in SIMPLEST_FIRST if cv[m] <= best * (1 + AUTO_TOLERANCE)), cv
 
 
 def _e2e_mape(model, kernels: pd.DataFrame, models: pd.DataFrame) -> float:

@@ -166,6 +166,23 @@ def test_a_node_killed_mid_campaign_loses_and_duplicates_nothing(cluster, models
     assert again.models_measured == 0 and again.models_skipped == 8
 
 
+def test_an_error_inside_measure_stops_the_campaign_in_one_sentence(cluster, models,
+                                                                   tmp_path, monkeypatch):
+    from latpred.errors import MeasurementError
+
+    class Broken(DeviceWorker):
+        """A bug in measuring, not a lost device: it must not be passed from device to
+        device until the farm reports every device gone."""
+
+        def measure(self, batch):
+            raise KeyError("no such column")
+
+    monkeypatch.setattr(farm, "DeviceWorker", Broken)
+    with pytest.raises(MeasurementError, match=r"raised KeyError: 'no such column'.*resume"):
+        profile_on_ray(models, parse_target(TARGET), tmp_path / "farm", options=FAST,
+                       progress=False)
+
+
 def test_the_command_line_runs_a_farm_campaign(cluster, models, tmp_path):
     from click.testing import CliRunner
 

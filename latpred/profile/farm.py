@@ -267,6 +267,16 @@ class _Farm:
             dev, batch = self.busy.pop(ready[0])
             try:
                 models, kernels = self.ray.get(ready[0])
+            except self.ray.exceptions.RayTaskError as err:
+                # `measure` itself raised (a model's own failure is a failed row, so this is
+                # unexpected): the device is alive, and passing the batch on would only drop
+                # device after device until the campaign ended as "every device is gone".
+                cause = getattr(err, "cause", None) or err
+                raise MeasurementError(
+                    f"Measuring a batch on {dev} raised {type(cause).__name__}: "
+                    f"{str(cause).splitlines()[0] if str(cause) else ''}; the dataset keeps "
+                    "what was measured: fix the cause and run the same command to resume."
+                ) from None
             except self.ray.exceptions.RayError:  # the actor or its node died
                 self.alive.pop(dev, None)
                 queue.insert(0, batch)

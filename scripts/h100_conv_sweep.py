@@ -25,12 +25,24 @@ Configurations are shuffled (fixed seed) and measured until `--seconds` run out,
 sweep still covers every case evenly. Rows are appended to `<out>/sweep.jsonl` as they come.
 
     python3 scripts/h100_conv_sweep.py --out $OUT --seconds 300
+
+`--random-geometries N` measures N random draws of a layer geometry instead of the CASES
+(`--with-cases` keeps the CASES beside them): spatial size, kernel shape, stride and padding
+drawn from what real CNNs use, `--pairs` (C, K) pairs per draw in multiples of 16, each at
+both dtypes and batches (`random_configurations`; `--geometry-seed` fixes the draw, `--seed`
+only the measuring order). `--only PREVIOUS.jsonl` restricts the plan to the configurations
+measured in an earlier run (a retest of what a cut-off sweep covered):
+
+    python3 scripts/h100_conv_sweep.py --out $OUT/a --seconds 380 --random-geometries 400
+    python3 scripts/h100_conv_sweep.py --out $OUT/b --seconds 150 --random-geometries 400 \
+        --seed 1 --only $OUT/a/sweep.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -112,6 +124,85 @@ def configurations() -> list[dict]:
                                      K=k, R=r, S=s, stride=st, pad_h=ph, pad_w=pw, P=p, Q=q,
                                      flops=flops))
     return rows
+
+
+# Random geometries (`--random-geometries`). Spatial size H = W: half the draws from the
+# ImageNet pyramid of ResNet / Inception / VGG (224 and 299 inputs), half log-uniform over the
+# integers 7..224 (other input sizes: MobileNet / EfficientNet at 192-320, SSD's 19/38/75,
+# YOLO's 13/26/52, ...), so that held-out geometries are not all on a handful of sizes.
+SIZES = (7, 14, 17, 28, 35, 56, 71, 112, 147, 224)
+P_PYRAMID = 0.5
+# (R, S): weight. 1x1 and 3x3 dominate real CNNs; 5x5 / 7x7 stems and Inception's factorised
+# 1x3 / 3x1 / 1x7 / 7x1.
+KERNELS = {(1, 1): 0.35, (3, 3): 0.35, (5, 5): 0.06, (7, 7): 0.04, (1, 3): 0.03, (3, 1): 0.03,
+           (1, 7): 0.07, (7, 1): 0.07}
+P_STRIDE2 = 0.2     # downsampling layers (square kernels only, as in the CASES' nets)
+P_VALID = 0.25      # padding 0 instead of 'same' (R // 2), for kernels larger than 1x1
+P_CENTRED = 0.5     # share of channel counts drawn around the size's typical width
+RANDOM_CASE0 = 1000  # case ids of random geometries: RANDOM_CASE0 + i (CASES are 0..31)
+
+
+def _channels(rng: random.Random, size: int) -> int:
+    """A channel count, multiple of STEP in [STEP, MAX_CHANNELS], log-uniform over the whole
+    range or (P_CENTRED) within 1.5 octaves of the width real CNNs use at this spatial size
+    (64 at 56x56, doubling per halving: 16 at 224, 512 at 7)."""
+    lo, hi = math.log2(STEP), math.log2(MAX_CHANNELS)
+    if rng.random() < P_CENTRED:
+        centre = min(hi, max(lo, math.log2(64 * 56 / size)))
+        u = centre + rng.uniform(-1.5, 1.5)
+    else:
+        u = rng.uniform(lo, hi)
+    return int(min(MAX_CHANNELS, max(STEP, STEP * round(2 ** u / STEP))))
+
+
+def random_geometry(rng: random.Random) -> tuple[int, ...]:
+    """(H, W, R, S, stride, pad_h, pad_w), H = W."""
+    if rng.random() < P_PYRAMID:
+        h = rng.choice(SIZES)
+    else:
+        h = int(round(math.exp(rng.uniform(math.log(6.5), math.log(224.5)))))
+    r, s = rng.choices(list(KERNELS), weights=list(KERNELS.values()))[0]
+    stride = 2 if r == s and rng.random() < P_STRIDE2 else 1
+    valid = max(r, s) > 1 and rng.random() < P_VALID
+    return h, h, r, s, stride, 0 if valid else r // 2, 0 if valid else s // 2
+
+
+def random_configurations(n_draws: int, seed: int = 0, pairs: int = 8) -> list[dict]:
+    """`n_draws` random geometries (deterministic in `seed`), each with `pairs` new (C, K)
+    pairs at both dtypes and batches; configurations over MAX_FLOPS are left out as in
+    `configurations`. A geometry drawn again (common ones are: 1x1 at 56x56) adds its pairs to
+    the first draw's, so one case id is one geometry: RANDOM_CASE0 + i, net "random"."""
+    rng = random.Random(seed)
+    chans: dict[tuple, list[tuple[int, int]]] = {}
+    for _ in range(n_draws):
+        g = random_geometry(rng)
+        have = chans.setdefault(g, [])
+        new = 0
+        for _ in range(50 * pairs):
+            if new == pairs:
+                break
+            ck = (_channels(rng, g[0]), _channels(rng, g[0]))
+            if ck not in have:
+                have.append(ck)
+                new += 1
+    rows = []
+    for i, ((h, w, r, s, st, ph, pw), cks) in enumerate(chans.items()):
+        p, q = out_size(h, r, st, ph), out_size(w, s, st, pw)
+        for dtype in DTYPES:
+            for n in BATCHES:
+                for c, k in sorted(cks):
+                    flops = 2.0 * n * p * q * k * c * r * s
+                    if flops > MAX_FLOPS:
+                        continue
+                    rows.append(dict(case=RANDOM_CASE0 + i, net="random", dtype=dtype, N=n,
+                                     C=c, H=h, W=w, K=k, R=r, S=s, stride=st, pad_h=ph,
+                                     pad_w=pw, P=p, Q=q, flops=flops))
+    return rows
+
+
+def config_key(row: dict) -> tuple:
+    """What identifies a configuration across runs (tile_validation's `_key`)."""
+    return row["case"], row["dtype"], row["N"], row["C"], row["K"]
 
 
 def make_conv(cfg: dict, device: str):
@@ -207,20 +298,36 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=300.0)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--chunk", type=int, default=32)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="measuring order")
+    ap.add_argument("--random-geometries", type=int, default=0, metavar="N",
+                    help="N random draws of a layer geometry instead of the CASES")
+    ap.add_argument("--geometry-seed", type=int, default=0)
+    ap.add_argument("--pairs", type=int, default=8, help="(C, K) pairs per random draw")
+    ap.add_argument("--with-cases", action="store_true",
+                    help="with --random-geometries: the CASES too")
+    ap.add_argument("--only", type=Path, default=None,
+                    help="only the configurations of this earlier sweep.jsonl (a retest)")
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = False
     deadline = time.monotonic() + args.seconds
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cfgs = configurations()
+    cfgs = configurations() if not args.random_geometries or args.with_cases else []
+    if args.random_geometries:
+        cfgs += random_configurations(args.random_geometries, args.geometry_seed, args.pairs)
+    if args.only is not None:
+        keep = {config_key(json.loads(line)) for line in args.only.read_text().splitlines()}
+        cfgs = [c for c in cfgs if config_key(c) in keep]
     random.Random(args.seed).shuffle(cfgs)
     meta = dict(torch=torch.__version__, cuda=torch.version.cuda,
                 cudnn=torch.backends.cudnn.version(), gpu=torch.cuda.get_device_name(),
                 sms=torch.cuda.get_device_properties(0).multi_processor_count,
                 cudnn_benchmark=False, allow_tf32=torch.backends.cudnn.allow_tf32,
                 reps=args.reps, sleep_cycles=SLEEP_CYCLES,
-                glitch_retries=GLITCH_RETRIES, n_planned=len(cfgs), seconds=args.seconds)
+                glitch_retries=GLITCH_RETRIES, n_planned=len(cfgs), seconds=args.seconds,
+                seed=args.seed, random_geometries=args.random_geometries,
+                geometry_seed=args.geometry_seed, pairs=args.pairs, with_cases=args.with_cases,
+                only=str(args.only) if args.only else None)
     print(json.dumps(meta), flush=True)
     done = 0
     with open(out / "sweep.jsonl", "w") as sink:

@@ -34,6 +34,10 @@ from latpred.target import load_device
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT / "datasets" / "h100-cudnn-conv"
+# Random layer geometries (scripts/h100_conv_sweep.py --random-geometries): the held-out
+# geometry evaluations train on both.
+GEOMETRIES = ROOT / "datasets" / "h100-cudnn-conv-geometries"
+GEOMETRY = ["H", "W", "R", "S", "stride", "pad_h", "pad_w"]
 BASE = ["N", "C", "H", "W", "K", "R", "S", "P", "Q", "stride", "is_fp16", "flops", "m_in",
         "m_out"]
 
@@ -42,8 +46,13 @@ def _main_kernel(kernels: list[dict]) -> dict:
     return max(kernels, key=lambda k: k["dur_us"])
 
 
-def build(run1: Path, run2: Path, meta: Path) -> None:
-    """One parquet row per configuration; the retest's median and kernel sit beside."""
+def build(run1: Path, run2: Path, meta: Path, dataset: Path | None = None,
+          device_seconds: float | None = None) -> None:
+    """One parquet row per configuration; the retest's median and kernel sit beside (NaN / ""
+    where the retest, cut off by its time budget, did not reach the configuration). `dataset`
+    defaults to DATASET; a sweep of random geometries (meta `random_geometries`) is described
+    as such; `device_seconds` (the device time the calls used) goes into the manifest."""
+    dataset = DATASET if dataset is None else dataset
     first = [json.loads(line) for line in run1.read_text().splitlines()]
     again = {_key(r): r for r in map(json.loads, run2.read_text().splitlines())}
     rows = []
@@ -67,17 +76,31 @@ def build(run1: Path, run2: Path, meta: Path) -> None:
                            retest_latency_ms=re["latency_ms"] if re else np.nan,
                            retest_kernel=_main_kernel(re["kernels"])["name"] if re else ""))
     df = pd.DataFrame(rows)
-    DATASET.mkdir(parents=True, exist_ok=True)
-    df.to_parquet(DATASET / "convs.parquet", index=False)
+    dataset.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(dataset / "convs.parquet", index=False)
     m = json.loads(meta.read_text())
     rel = (df["retest_latency_ms"] - df["latency_ms"]).abs() / df["latency_ms"]
+    retested = rel.notna()
+    if m.get("random_geometries"):
+        n_geo = df["case"].nunique()
+        desc = (f"cuDNN forward convolutions on the device machine's H100 over {n_geo} random "
+                "layer geometries (H = W, kernel shape, stride, padding drawn as in real "
+                "CNNs; one case id per geometry) with random channel counts (multiples of "
+                "16, 16-1024), fp16/fp32, batch 1/32; one row per configuration "
+                "(convs.parquet); the retest covers the configurations its time reached.")
+        script = (f"scripts/h100_conv_sweep.py --seconds {m['seconds']:g} --random-geometries "
+                  f"{m['random_geometries']} --geometry-seed {m.get('geometry_seed', 0)} "
+                  f"--pairs {m.get('pairs')} (retest: --seed 1 --only <first run's jsonl>)")
+    else:
+        desc = ("cuDNN forward convolutions on the device machine's H100 over the "
+                "distinct layer geometries of ResNet-50 and Inception-v3, channels "
+                "swept in steps of 16; one row per configuration (convs.parquet).")
+        script = f"scripts/h100_conv_sweep.py --seconds {m['seconds']:g} (retest: --seed 1)"
     manifest = {
-        "format_version": 1, "name": "h100-cudnn-conv",
+        "format_version": 1, "name": dataset.name,
         "created": datetime.date.today().isoformat(),
-        "description": "cuDNN forward convolutions on the device machine's H100 over the "
-                       "distinct layer geometries of ResNet-50 and Inception-v3, channels "
-                       "swept in steps of 16; one row per configuration (convs.parquet).",
-        "script": f"scripts/h100_conv_sweep.py --seconds {m['seconds']:g} (retest: --seed 1)",
+        "description": desc,
+        "script": script,
         "machine": m["gpu"], "sms": m["sms"], "torch": m["torch"], "cuda": m["cuda"],
         "cudnn": m["cudnn"], "cudnn_benchmark": m["cudnn_benchmark"],
         "allow_tf32": m["allow_tf32"], "repeats": m["reps"], "warmup": 1,
@@ -87,26 +110,70 @@ def build(run1: Path, run2: Path, meta: Path) -> None:
         "sleep_retimed": float((df["glitch_retries"] > 0).mean()),
         "timing_clean": float(df["timing_clean"].mean()),
         "n_configs": len(df),
+        "n_geometries": int(df["case"].nunique()),
         "noise": {"retest_mdape": float(rel.median()), "retest_within_10pct": float(
-            (rel <= 0.1).mean()), "retest_same_kernel": float(
-            (df["retest_kernel"] == df["kernel"]).mean()), "n_retest": int(rel.notna().sum())},
+            (rel[retested] <= 0.1).mean()), "retest_same_kernel": float(
+            (df["retest_kernel"] == df["kernel"])[retested].mean()),
+            "n_retest": int(retested.sum())},
     }
-    (DATASET / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"{len(df)} rows -> {DATASET}")
+    if device_seconds is not None:
+        manifest["device_seconds"] = device_seconds
+    (dataset / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"{len(df)} rows -> {dataset}")
 
 
 def _key(r: dict) -> tuple:
     return r["case"], r["dtype"], r["N"], r["C"], r["K"]
 
 
-def load() -> pd.DataFrame:
-    df = pd.read_parquet(DATASET / "convs.parquet")
+def load(path: Path | None = None) -> pd.DataFrame:
+    df = pd.read_parquet((DATASET if path is None else path) / "convs.parquet")
     df["is_fp16"] = (df["dtype"] == "fp16").astype(int)
     g = [conv_gemm(*(int(v) for v in row)) for row in
          df[["N", "C", "H", "W", "K", "R", "S", "P", "Q"]].itertuples(index=False)]
     df["m_in"] = [x.m_in for x in g]
     df["m_out"] = [x.m_out for x in g]
     return df
+
+
+def load_both() -> pd.DataFrame:
+    """The CASES sweep and the random-geometry sweep in one frame, `source` "cases" / "random",
+    `case` = one id per geometry (H, W, R, S, stride, padding) across both: a random geometry
+    equal to one of the CASES takes that case's id, so grouping by `case` never lets a geometry
+    sit on both sides of a split."""
+    old, new = load(), load(GEOMETRIES)
+    ids = {tuple(g): c for g, c in zip(old[GEOMETRY].itertuples(index=False), old["case"])}
+    new["case"] = [ids.get(tuple(g), c) for g, c in
+                   zip(new[GEOMETRY].itertuples(index=False), new["case"])]
+    df = pd.concat([old.assign(source="cases"), new.assign(source="random")],
+                   ignore_index=True)
+    return df
+
+
+def split_rows(df: pd.DataFrame, split: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Train / test row positions of `df` (`load_both()` for all but "random" / "case").
+
+    random, case: the CASES sweep alone, as before (20% of its rows / of its 32 geometries).
+    geometries: 20% of all geometries of both sweeps held out (their rows of both sweeps),
+        trained on every other geometry's rows.
+    cases+random: the case split's held-out CASES geometries (same draw as "case" for a seed)
+        tested on their CASES rows; trained on the other CASES rows plus every random
+        geometry that is not one of the held-out ones.
+    cases+random-lenient: the same, but random rows whose geometry equals a held-out one stay
+        in training (same layer shape, other channel counts)."""
+    if split == "random":
+        return train_test_split(np.arange(len(df)), test_size=0.2, random_state=seed)
+    gss = GroupShuffleSplit(n_splits=1, test_size=0.2, random_state=seed)
+    if split in ("case", "geometries"):
+        return next(gss.split(df, groups=df["case"]))
+    cases = (df["source"] == "cases").to_numpy()
+    tr_old, te_old = next(gss.split(df[cases], groups=df.loc[cases, "case"]))
+    pos = np.flatnonzero(cases)
+    held = set(df["case"].iloc[pos[te_old]])
+    rand = np.flatnonzero(~cases)
+    if split == "cases+random":
+        rand = rand[~df["case"].iloc[rand].isin(held).to_numpy()]
+    return np.sort(np.concatenate([pos[tr_old], rand])), pos[te_old]
 
 
 def tile_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -244,15 +311,15 @@ def paper_rows(train: pd.DataFrame, test: pd.DataFrame, impl: np.ndarray) -> dic
     return out
 
 
-def evaluate(split: str, seed: int) -> dict[str, dict[str, float]]:
-    df = load()
-    if split == "random":
-        tr, te = train_test_split(np.arange(len(df)), test_size=0.2, random_state=seed)
-    else:  # hold out whole layer geometries (and their dtypes / batches)
-        gss = GroupShuffleSplit(n_splits=1, test_size=0.2, random_state=seed)
-        tr, te = next(gss.split(df, groups=df["case"]))
+SPLITS = ("random", "case", "geometries", "cases+random", "cases+random-lenient")
+
+
+def evaluate(split: str, seed: int, tuned: bool = True) -> dict[str, dict[str, float]]:
+    """Every method on one split (`split_rows`); `tuned=False` leaves out (3') and (4')."""
+    df = load() if split in ("random", "case") else load_both()
+    tr, te = split_rows(df, split, seed)
     train, test = df.iloc[tr], df.iloc[te]
-    folds = _folds(train, split, seed)
+    folds = _folds(train, "random" if split == "random" else "case", seed)
     staged, sel_acc, impl = two_stage(train, test, folds)
     out = paper_rows(train, test, impl)
     flops = np.empty(len(test))
@@ -267,13 +334,64 @@ def evaluate(split: str, seed: int) -> dict[str, dict[str, float]]:
     xtr, xte = pd.concat([train[BASE], tiles.iloc[tr]], axis=1), pd.concat(
         [test[BASE], tiles.iloc[te]], axis=1)
     out["(4) GBDT + tile features (l2, old features)"] = score(test, gbdt(xtr, ytr, xte))
-    xtr, xte = config_columns(train), config_columns(test)
-    params = tune(xtr, ytr, folds)
-    out[f"(3') GBDT, CV-tuned {params}"] = score(test, gbdt(xtr, ytr, xte, **params))
-    extra = tiles.drop(columns=[c for c in tiles.columns if c in xtr.columns])
-    xtr, xte = pd.concat([xtr, extra.iloc[tr]], axis=1), pd.concat([xte, extra.iloc[te]], axis=1)
-    out["(4') GBDT + tile features, same settings"] = score(test, gbdt(xtr, ytr, xte, **params))
+    if tuned:
+        xtr, xte = config_columns(train), config_columns(test)
+        params = tune(xtr, ytr, folds)
+        out[f"(3') GBDT, CV-tuned {params}"] = score(test, gbdt(xtr, ytr, xte, **params))
+        extra = tiles.drop(columns=[c for c in tiles.columns if c in xtr.columns])
+        xtr, xte = (pd.concat([xtr, extra.iloc[tr]], axis=1),
+                    pd.concat([xte, extra.iloc[te]], axis=1))
+        out["(4') GBDT + tile features, same settings"] = score(test,
+                                                               gbdt(xtr, ytr, xte, **params))
     out["(5) implementation classifier + GBDT"] = score(test, staged) | {"selection_acc": sel_acc}
+    return out
+
+
+def spatial_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """config_columns plus the power-of-two divisibility of H*W, P*Q and N*P*Q: cuDNN routes
+    a 1x1 conv whose spatial size is a multiple of 8 to cuBLASLt's nvjet kernels (8x8 in
+    Inception-v3), and a 7x7 or 10x10 one to CUTLASS's wmma kernels."""
+    return config_columns(df).assign(tz_hw=_trailing_zeros(df["H"] * df["W"]),
+                                     tz_pq=_trailing_zeros(df["P"] * df["Q"]),
+                                     tz_npq=_trailing_zeros(df["N"] * df["P"] * df["Q"]))
+
+
+FRACTIONS = (0.0, 0.125, 0.25, 0.5, 1.0)
+
+
+def study(split: str, seed: int) -> dict[str, float]:
+    """Where the held-out-geometry error comes from, with the cheap l2 GBDT (3) only:
+    (a) the training set's random geometries cut to FRACTIONS (the CASES rows always kept),
+    (b) (3) given the true implementation (kernel sequence) or the true GEMM kernel as one
+    more column (a selection oracle), (c) (3) on spatial_columns, l2 and l1."""
+    df = load_both()
+    tr, te = split_rows(df, split, seed)
+    train, test = df.iloc[tr], df.iloc[te]
+    y = test["latency_ms"].to_numpy()
+
+    def acc(part: pd.DataFrame, cols, xtr=None, xte=None, **params) -> float:
+        xtr = part[cols] if xtr is None else xtr
+        xte = test[cols] if xte is None else xte
+        p = gbdt(xtr, part["latency_ms"].to_numpy(), xte, **params)
+        return metrics(y, p)["acc10"]
+
+    out: dict[str, float] = {}
+    geos = np.array(sorted(set(train.loc[train["source"] == "random", "case"])))
+    np.random.default_rng(seed).shuffle(geos)
+    for frac in FRACTIONS:
+        keep = set(geos[:int(round(frac * len(geos)))])
+        part = train[(train["source"] == "cases") | train["case"].isin(keep)]
+        out[f"(3), {frac:g} of the random geometries ({len(keep)})"] = acc(part, BASE)
+    for name, labels in (("implementation", implementation(df)),
+                         ("GEMM kernel", gemm_kernel(df)["kernel"])):
+        codes = pd.Categorical(labels).codes
+        out[f"(3) + true {name}"] = acc(train, BASE, train[BASE].assign(impl=codes[tr]),
+                                        test[BASE].assign(impl=codes[te]))
+    out["test implementations seen in training"] = float(
+        test["kernels"].isin(set(train["kernels"])).mean())
+    for obj in ("l2", "l1"):
+        out[f"(6) GBDT ({obj}) on config + spatial alignment columns"] = acc(
+            train, None, spatial_columns(train), spatial_columns(test), objective=obj)
     return out
 
 
@@ -344,14 +462,33 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("run1", type=Path)
     b.add_argument("run2", type=Path)
     b.add_argument("meta", type=Path)
+    b.add_argument("--dataset", type=Path, default=None, help=f"default {DATASET}")
+    b.add_argument("--device-seconds", type=float, default=None)
     e = sub.add_parser("evaluate")
-    e.add_argument("--split", choices=("random", "case"), default="random")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--split", choices=SPLITS, default="random")
+    e.add_argument("--seed", type=int, nargs="+", default=[0],
+                   help="one table per seed, then mean / spread of ±10%% over them")
+    e.add_argument("--no-tuned", action="store_true", help="leave out (3') and (4')")
+    e.add_argument("--json", type=Path, default=None, help="also write the figures here")
     pl = sub.add_parser("plot")
     pl.add_argument("path", type=Path)
     pl.add_argument("--case", type=int, default=6)
     sub.add_parser("diagnose")
+    st = sub.add_parser("study", help="held-out geometries: learning curve, selection "
+                                      "oracle, alignment columns (GBDT only)")
+    st.add_argument("--split", choices=SPLITS[2:], default="geometries")
+    st.add_argument("--seed", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    st.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.cmd == "study":
+        runs = {}
+        for seed in args.seed:
+            runs[seed] = {k: {"acc10": v} for k, v in study(args.split, seed).items()}
+            print(seed, {k: round(v["acc10"], 3) for k, v in runs[seed].items()}, flush=True)
+            if args.json:
+                args.json.write_text(json.dumps({"split": args.split, "runs": runs}, indent=1))
+        print(summary(runs, args.split))
+        return
     if args.cmd == "diagnose":
         diagnose()
         return
@@ -359,15 +496,46 @@ def main(argv: list[str] | None = None) -> None:
         plot(args.path, args.case)
         return
     if args.cmd == "build":
-        build(args.run1, args.run2, args.meta)
+        build(args.run1, args.run2, args.meta, args.dataset, args.device_seconds)
         return
-    res = evaluate(args.split, args.seed)
-    print(f"| method ({args.split} split, seed {args.seed}) | within ±10% | ±10%, reproducible "
-          "rows | RMSE (ms) | MAPE | MdAPE | selection acc |\n|---|---|---|---|---|---|---|")
-    for name, m in res.items():
-        sel = f"{m['selection_acc']:.1%}" if "selection_acc" in m else ""
-        print(f"| {name} | {m['acc10']:.1%} | {m['acc10_repro']:.1%} | {m['rmse_ms']:.4f} "
-              f"| {m['mape']:.1%} | {m['mdape']:.1%} | {sel} |")
+    runs = {}
+    for seed in args.seed:
+        res = runs[seed] = evaluate(args.split, seed, tuned=not args.no_tuned)
+        print(f"| method ({args.split} split, seed {seed}) | within ±10% | ±10%, reproducible "
+              "rows | RMSE (ms) | MAPE | MdAPE | selection acc |\n|---|---|---|---|---|---|---|")
+        for name, m in res.items():
+            sel = f"{m['selection_acc']:.1%}" if "selection_acc" in m else ""
+            print(f"| {name} | {m['acc10']:.1%} | {m['acc10_repro']:.1%} | {m['rmse_ms']:.4f} "
+                  f"| {m['mape']:.1%} | {m['mdape']:.1%} | {sel} |", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps({"split": args.split, "runs": runs}, indent=1))
+    if len(runs) > 1:
+        print(summary(runs, args.split))
+
+
+def _method(name: str) -> str:
+    """A method's name without the settings CV picked or a count in parentheses at its end
+    (they differ from seed to seed)."""
+    return re.sub(r" \{.*\}| \(\d+\)$", "", name)
+
+
+def summary(runs: dict[int, dict[str, dict[str, float]]], split: str) -> str:
+    """Markdown table: ±10% mean, standard deviation and range over the seeds, per method."""
+    acc: dict[str, list[float]] = {}
+    sel: dict[str, list[float]] = {}
+    for res in runs.values():
+        for name, m in res.items():
+            acc.setdefault(_method(name), []).append(m["acc10"])
+            if "selection_acc" in m:
+                sel.setdefault(_method(name), []).append(m["selection_acc"])
+    lines = [f"| method ({split} split, seeds {', '.join(map(str, runs))}) | within ±10%, mean "
+             "± sd | min-max | selection acc, mean |", "|---|---|---|---|"]
+    for name, v in acc.items():
+        a = np.asarray(v)
+        s = f"{np.mean(sel[name]):.1%}" if name in sel else ""
+        lines.append(f"| {name} | {a.mean():.1%} ± {a.std(ddof=1) if len(a) > 1 else 0:.1%} "
+                     f"| {a.min():.1%}-{a.max():.1%} | {s} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def deduce(graph: Graph, target: Target | str) -> list[Kernel]:
         return deduce_cuda(graph, CUDA_RULES[target.device.cuda.rules])
     if target.processor == "gpu":
         return deduce_gpu(graph, target)
-    return deduce_cpu(graph, CPU_RULES[target.device.cpu_rules])
+    return deduce_cpu(graph, CPU_RULES[target.device.cpu_rules], target.precision)
 
 
 class _CallablePackage(type(sys.modules[__name__])):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from latpred.deduce.kernel import Kernel
+from latpred.deduce import xnnpack_int8 as xi
+from latpred.deduce.kernel import BUILTIN_PREFIX, KERNEL_TYPES, Kernel
 from latpred.deduce.optypes import channelwise, kernel_type, spatial_zero_pad
 from latpred.deduce.rulesets import CpuRuleSet
 from latpred.graph import Graph
@@ -26,17 +27,37 @@ def cpu_kernel(graph: Graph, index: int, rules: CpuRuleSet, why: str = "") -> Ke
     return _kernel(_cpu_type(graph, op, rules), index, op.type, rules, why)
 
 
-def deduce_cpu(graph: Graph, rules: CpuRuleSet) -> list[Kernel]:
+def deduce_cpu(graph: Graph, rules: CpuRuleSet, precision: str | None = None) -> list[Kernel]:
     """Every operation of `graph`, in execution order, as one CPU kernel (a zero PAD that the
-    runtime folds into the convolution after it belongs to that convolution's kernel)."""
-    folded = _folded_pads(graph) if rules.fuses_pad else {}
-    if not folded:
-        return [_kernel(_cpu_type(graph, op, rules), i, op.type, rules, "")
-                for i, op in enumerate(graph.ops)]
+    runtime folds into the convolution after it belongs to that convolution's kernel).
+
+    `precision` is the target's: an fp32 graph deduced for int8 is taken as the int8 model it
+    will be written as (for `rules.int8_declines`)."""
+    whys = [_builtin_why(graph, op, rules, precision) for op in graph.ops]
+    # XNNPACK folds a PAD only into a convolution it runs itself.
+    folded = {c: p for c, p in _folded_pads(graph).items() if not whys[c]} \
+        if rules.fuses_pad else {}
     skip = set(folded.values())
-    return [_kernel(_cpu_type(graph, op, rules), i, op.type, rules, "") if i not in folded
-            else _with_pad(_cpu_type(graph, op, rules), i, folded[i], op.type, rules)
-            for i, op in enumerate(graph.ops) if i not in skip]
+    kernels = []
+    for i, op in enumerate(graph.ops):
+        if i in skip:
+            continue
+        ktype = _cpu_type(graph, op, rules)
+        if whys[i]:
+            kernels.append(_builtin(BUILTIN_PREFIX + ktype, i, op.type, rules, whys[i]))
+        elif i in folded:
+            kernels.append(_with_pad(ktype, i, folded[i], op.type, rules))
+        else:
+            kernels.append(_kernel(ktype, i, op.type, rules, ""))
+    return kernels
+
+
+def _builtin_why(graph: Graph, op, rules: CpuRuleSet, precision: str | None) -> str:
+    """Why a quantized op runs as TFLite's builtin kernel ("" when XNNPACK runs it)."""
+    if not rules.int8_declines or not xi.quantized(graph, op, precision):
+        return ""
+    why = xi.declined(graph, op)
+    return why if why and BUILTIN_PREFIX + _cpu_type(graph, op, rules) in KERNEL_TYPES else ""
 
 
 def _folded_pads(graph: Graph) -> dict[int, int]:
@@ -65,6 +86,12 @@ def _cpu_type(graph: Graph, op, rules: CpuRuleSet) -> str:
             channelwise(graph, op):
         return "dwconv2d"
     return ktype
+
+
+@lru_cache(maxsize=1 << 12)
+def _builtin(ktype: str, index: int, op_type: str, rules: CpuRuleSet, why: str) -> Kernel:
+    return Kernel(ktype, (index,), "cpu", f"{ktype}: int8 {op_type} on TFLite's builtin kernel, "
+                  f"single-threaded ({rules.label}): XNNPACK declines it: {why}", False)
 
 
 @lru_cache(maxsize=1 << 16)

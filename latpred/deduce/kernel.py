@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+BUILTIN_PREFIX = "builtin_"
 # Kernel types latpred knows. A regressor is trained per kernel type and target.
 KERNEL_TYPES = (
     "conv2d", "grouped_conv2d", "dwconv2d",
@@ -11,7 +12,18 @@ KERNEL_TYPES = (
     "fc", "batch_matmul", "pool", "mean", "concat", "split", "pad", "elementwise",
     "activation", "softmax", "reshape", "transpose", "strided_slice", "quantize", "shape",
     "gather", "other",
-)
+) + tuple(BUILTIN_PREFIX + t for t in (
+    # A quantized op the XNNPACK delegate declines (`xnnpack_int8.declined`) runs as TFLite's
+    # own integer kernel, another implementation with another cost (int8 RELU / HARD_SWISH /
+    # AVERAGE_POOL_2D: 10-46x XNNPACK's fp32 time on the host), so it is a type of its own with
+    # the features of its base type.
+    "conv2d", "grouped_conv2d", "dwconv2d", "fc", "pool", "concat", "split", "elementwise",
+    "activation", "softmax"))
+
+
+def base_type(kernel_type: str) -> str:
+    """The kernel type whose features a type has: `builtin_pool` -> `pool`."""
+    return kernel_type.removeprefix(BUILTIN_PREFIX)
 
 
 @dataclass(frozen=True)

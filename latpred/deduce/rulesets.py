@@ -57,6 +57,9 @@ class CpuRuleSet:
     # constant pad + convolution_2d / depthwise_convolution_2d into one node, so the PAD costs
     # nothing (the in-context profiler reads 0 for it).
     fuses_pad: bool = False
+    # 8-bit quantized ops the XNNPACK delegate declines run as TFLite's builtin integer kernels,
+    # single-threaded, as `builtin_<type>` kernels (`latpred.deduce.xnnpack_int8`).
+    int8_declines: bool = False
 
 
 GPU_RULES: dict[str, GpuRuleSet] = {
@@ -98,7 +101,7 @@ CPU_RULES: dict[str, CpuRuleSet] = {
             "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "GELU", "SOFTMAX", "PAD", "CONCATENATION",
             "SPLIT", "TRANSPOSE", "RESIZE_BILINEAR", "QUANTIZE", "DEQUANTIZE", "ABS", "NEG",
             "SQRT", "SQUARE", "RSQRT", "EXP", "PRELU"}),
-        channelwise_as_depthwise=True, fuses_pad=True),
+        channelwise_as_depthwise=True, fuses_pad=True, int8_declines=True),
 }
 
 

@@ -49,7 +49,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from latpred.deduce.kernel import KERNEL_TYPES, Kernel
+from latpred.deduce.kernel import KERNEL_TYPES, Kernel, base_type
 from latpred.errors import UnsupportedOpError
 from latpred.features.operation import ITEMSIZE, Features, op_features
 from latpred.graph import Graph, Op
@@ -99,6 +99,8 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "gather": _GENERIC + _TAIL,
     "other": _GENERIC + _TAIL,
 }
+# A TFLite builtin kernel of a quantized op has its base type's columns (`builtin_pool`: pool's).
+FEATURES = {**FEATURES, **{t: FEATURES[base_type(t)] for t in KERNEL_TYPES if t not in FEATURES}}
 
 _GETTERS = {k: itemgetter(*cols) for k, cols in FEATURES.items()}
 _LINKED_ELEMENTWISE = frozenset(BINARY)
@@ -122,7 +124,7 @@ def kernel_features(graph: Graph, kernel: Kernel, target: Any = None) -> Feature
     stage = _STAGE_OF_TYPE.get(kernel.type)
     if stage is not None:
         _winograd_stage(graph, kernel, f, stage, isz)
-    complete = _COMPLETE.get(kernel.type)
+    complete = _COMPLETE.get(base_type(kernel.type))
     if complete is not None:
         complete(graph, graph.ops[ops[0]], f)
     # Every CPU kernel: the fast path (its only extra op is a zero PAD the runtime folds into

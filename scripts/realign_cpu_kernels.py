@@ -13,6 +13,11 @@ of today's deduction gets the sum of its operations' rows (latency, minimum), th
 of its first operation (the convolution), and today's identity and features (`kernel_plans`).
 A model whose rows are not one per operation is left as it is and reported. Measurements are
 not changed, only regrouped: the PAD rows being folded are checked to be 0 ms.
+
+Rows whose kernels hold the same ops as today's only take today's kernel types, every other
+column kept (config hash and features included): so the int8 datasets took the `builtin_*`
+types of ops XNNPACK declines in int8 (`--target host/cpu/int8/t1`; their rows come from the
+int8 files, whose config hashes a rebuilt fp32 graph would not reproduce).
 """
 
 from __future__ import annotations
@@ -40,8 +45,11 @@ def realign_model(graph, target, rows: pd.DataFrame) -> list[dict] | None:
     """Today's kernel rows for one model, or None when its rows are already aligned."""
     kernels = deduce(graph, target)
     rows = rows.sort_values("kernel_index").reset_index(drop=True)
-    if list(rows["kernel_type"]) == [k.type for k in kernels]:
+    types = [k.type for k in kernels]
+    if list(rows["kernel_type"]) == types:
         return None
+    if list(rows["ops"]) == ["+".join(graph.ops[i].type for i in k.ops) for k in kernels]:
+        return rows.assign(kernel_type=types).to_dict("records")
     if len(rows) != len(graph.ops) or list(rows["kernel_index"]) != list(range(len(graph.ops))):
         raise ValueError(f"{len(rows)} rows for {len(graph.ops)} operations: not one per op")
     out = []

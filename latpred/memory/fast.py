@@ -14,6 +14,7 @@ import numpy as np
 
 from latpred.graph import Graph
 from latpred.memory import xnnpack
+from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.host_cpu import estimate_model_bytes, overhead, transient
 from latpred.memory.litert_builtin import builtin_input
 from latpred.memory.litert_plan import plan
@@ -31,7 +32,7 @@ def memory_total(graph: Graph, kernels: str = "xnnpack") -> int:
         extra = workspace + overhead(len(graph.tensors)) + transient(ap.marks, regrowth)
         for i in layout.delegated_ops:
             op = graph.ops[i]
-            extra += xnnpack.packed_weights(graph, op) + xnnpack.indirection_bytes(graph, op)
+            extra += xnn_ops.packed_weights(graph, op) + xnn_ops.indirection_bytes(graph, op)
     return estimate_model_bytes(graph) + ap.arena_bytes + ap.persistent_bytes + extra
 
 

@@ -21,6 +21,7 @@ from latpred.memory.litert_builtin import builtin_input
 from latpred.memory.litert_plan import ArenaPlan, PlanInput, plan
 from latpred.memory.prediction import MemoryPrediction, OpMemory
 from latpred.memory import xnnpack
+from latpred.memory import xnnpack_operators as xnn_ops
 
 KERNELS = ("xnnpack", "builtin")
 # Fitted on every other model of datasets/host-cpu-memory (scripts/memory_eval.py --fit) and
@@ -28,10 +29,10 @@ KERNELS = ("xnnpack", "builtin")
 # above the trivial baseline model, per-tensor structures) and how much of a buffer the
 # runtime outgrew (the arena growing at Invoke, the XNNPACK workspace growing partition by
 # partition: AlignedRealloc / xnn_reallocate copy, then free the old one) stays resident.
-OVERHEAD_FIXED = 1_142_329
-OVERHEAD_PER_TENSOR = 0
-ARENA_REGROWTH_RESIDENT = 0.7185
-WORKSPACE_REGROWTH_RESIDENT = 0.0
+OVERHEAD_FIXED = 659_232
+OVERHEAD_PER_TENSOR = 1533
+ARENA_REGROWTH_RESIDENT = 0.7131
+WORKSPACE_REGROWTH_RESIDENT = 0.0419
 
 
 def overhead(n_tensors: int) -> int:
@@ -87,8 +88,8 @@ def predict_host_cpu(graph: Graph, target: str, kernels: str = "xnnpack",
     rows, packed_total, ind_total = [], 0, 0
     for i, op in enumerate(graph.ops):
         on_xnn = i in delegated
-        packed = xnnpack.packed_weights(graph, op) if on_xnn else 0
-        ind = xnnpack.indirection_bytes(graph, op) if on_xnn else 0
+        packed = xnn_ops.packed_weights(graph, op) if on_xnn else 0
+        ind = xnn_ops.indirection_bytes(graph, op) if on_xnn else 0
         packed_total += packed
         ind_total += ind
         k = node_of[i]

@@ -17,18 +17,7 @@ LiteRT tree):
 - src/memory-planner.c: sort by size (largest first), place each value at the smallest gap
   between the coalesced blocks of the values whose lifetimes overlap it (the gap before the
   first block counts), else after the last.
-- Packed weights, src/operators/convolution-nhwc.c:403 and fully-connected-nc.c:221:
-  ((kernel_size * round_up_po2(Cin, kr*sr) * 4) + 4) * round_up(Cout, nr) bytes, rounded up to
-  64. This host (x86-64 FMA3/AVX2, no AVX-512) uses the f32 GEMM 6x16 (nr=16, kr=sr=1,
-  src/configs/gemm-config.c). Depthwise: (primary_tile * 4 + 4) * round_up(C, 16) with the
-  3p16c/4p16c/9p16c/25p16c FMA3 kernels (src/configs/dwconv-config.c); kernels above 25 taps
-  (7x7) are approximated as one pass over the kernel.
-- Indirection buffers (kept by the operator: the delegate does not set
-  XNN_FLAG_TRANSIENT_INDIRECTION_BUFFER by default): IGEMM convolutions kernel_size *
-  round_up(OH*OW, mr) pointers (convolution-nhwc.c:2819; mr=6 approximates
-  `xnn_get_heuristic_mr_igemm`); depthwise (primary_tile - kernel_size + OH * (kernel_size +
-  (OW-1) * step_w * KH)) pointers rounded up to 64 bytes (convolution-nhwc.c:3128).
-  1x1 stride-1 convolutions run as GEMMs without one.
+- Packed weights and indirection buffers per operator: `xnnpack_operators`.
 """
 
 from __future__ import annotations
@@ -41,7 +30,6 @@ from latpred.memory.litert_builtin import add_temporaries, plan_kinds, tensor_ki
 from latpred.memory.litert_plan import INPLACE, MMAP, PlanInput, PlanNode
 
 EXTRA_BYTES, ALIGNMENT = 16, 64
-GEMM_NR, GEMM_MR = 16, 6
 _ELEMENTWISE = frozenset({
     "ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU", "RELU",
     "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "GELU",
@@ -190,27 +178,57 @@ def workspace_plan(graph: Graph, layout: XnnpackLayout,
     return (best + 2 * EXTRA_BYTES if best else 0), extent, regrowth
 
 
-def _fused_pads(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> dict[int, int]:
-    """PAD outputs XNNPACK folds into the convolution that reads them (src/subgraph.c
-    `xnn_subgraph_fusion`: a static zero pad of H and W before a convolution becomes the
-    convolution's padding): pad output -> pad input."""
-    fused = {}
+def _elided(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> dict[int, int]:
+    """Values XNNPACK's subgraph rewriting removes, each read as the value it stands for
+    (output -> input), google/XNNPACK 75db3c093 src/subgraph.c:
+
+    - a static zero pad of H and W before a convolution becomes the convolution's padding
+      (`xnn_subgraph_fusion`);
+    - a clamp to (-inf, +inf), which is what a 1x1 pooling without activation is defined as
+      (`optimize_common_subgraphs_spurious_clamps` / `short_circuit`; only internal outputs
+      here: an external one renames the producer's output instead)."""
+    elided = {}
     for i in ops:
         op = graph.ops[i]
-        if op.type not in ("PAD", "PADV2") or op.outputs[0] not in inside:
+        if not op.outputs or op.outputs[0] not in inside:
             continue
-        readers = graph.consumers_of(op.outputs[0])
-        if len(readers) == 1 and graph.ops[readers[0]].type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-            fused[op.outputs[0]] = op.inputs[0]
-    return fused
+        if op.type in ("PAD", "PADV2"):
+            readers = graph.consumers_of(op.outputs[0])
+            if len(readers) == 1 and graph.ops[readers[0]].type in ("CONV_2D",
+                                                                    "DEPTHWISE_CONV_2D"):
+                elided[op.outputs[0]] = op.inputs[0]
+        elif _is_clamp(op) and op.attr("activation", "NONE") == "NONE":
+            elided[op.outputs[0]] = op.inputs[0]
+    return elided
+
+
+def _is_clamp(op: Op) -> bool:
+    """A 1x1 pooling (its stride is 1: larger ones are declined) is defined as a clamp
+    (LiteRT v2.2.0 tflite/delegates/xnnpack/xnnpack_delegate.cc `VisitAveragePool2DNode` /
+    `VisitMaxPool2DNode`: `xnn_define_clamp` when filter_height == filter_width == 1)."""
+    return op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D") and \
+        tuple(op.attr("filter", (0, 0))) == (1, 1)
+
+
+def _in_place(op: Op) -> bool:
+    """Whether XNNPACK may reuse the op's input for its output (unary, binary, copy, softmax,
+    static reshape: src/runtime.c `optimize_tensor_allocation_for_in_place_operations`)."""
+    return op.type in _IN_PLACE or _is_clamp(op)
 
 
 def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int],
                     with_extent: bool = False) -> tuple[int, dict[int, int]]:
     """XNNPACK's plan of one partition's workspace: its size and, with `with_extent`, the
     highest workspace byte in use while each op runs (graph op index -> bytes)."""
-    fused = _fused_pads(graph, ops, inside)
-    inside = inside - set(fused)
+    elided = _elided(graph, ops, inside)
+    inside = inside - set(elided)
+
+    def source(t: int) -> int:
+        while t in elided:
+            t = elided[t]
+        return t
+
+    fused = {t: source(t) for t in elided}
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     consumers: dict[int, int] = {}
@@ -220,15 +238,19 @@ def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int],
             if t in inside:
                 first.setdefault(t, n)
                 last[t] = n
-        for t in op.inputs:
-            consumers[fused.get(t, t)] = consumers.get(fused.get(t, t), 0) + 1
+        if op.outputs and op.outputs[0] in fused:
+            continue      # the node is gone: its readers read its input
+        # a node reading a value twice (ADD(x, x)) is one consumer (src/subgraph.c
+        # `xnn_subgraph_analyze_consumers_and_producers` skips repeated inputs)
+        for t in {fused.get(t, t) for t in op.inputs}:
+            consumers[t] = consumers.get(t, 0) + 1
     reuse: dict[int, int] = {}
     for n, i in enumerate(ops):
         op = graph.ops[i]
-        if op.type not in _IN_PLACE or not op.outputs or op.outputs[0] not in inside:
+        if not _in_place(op) or not op.outputs or op.outputs[0] not in inside:
             continue
         out = op.outputs[0]
-        for t in op.inputs:
+        for t in (fused.get(t, t) for t in op.inputs):
             if t in inside and consumers.get(t) == 1 and \
                     graph.tensors[t].nbytes == graph.tensors[out].nbytes and \
                     consumers.get(out, 0) == 1:
@@ -273,66 +295,3 @@ def _find_offset(blocks: list[tuple[int, int]], need: int) -> int:
         if gap >= need and (best_gap is None or gap < best_gap):
             best_gap, offset = gap, e0
     return offset
-
-
-def packed_weights(graph: Graph, op: Op) -> int:
-    """Bytes of the weights XNNPACK packs for `op` (0 for ops without packed weights)."""
-    if op.type == "CONV_2D":
-        w = graph.tensors[op.inputs[1]]
-        cout, kh, kw, cin = w.shape
-        groups = int(op.attr("groups", 1) or 1)
-        gout = cout // groups
-        if groups > 1 and gout == 1 and cin == 1:             # channel-wise: depthwise path
-            return _dw_packed(kh * kw, cout)
-        per_group = (kh * kw * cin * 4 + 4) * align_up(gout, GEMM_NR)
-        return align_up(per_group * groups, ALIGNMENT)
-    if op.type == "DEPTHWISE_CONV_2D":
-        w = graph.tensors[op.inputs[1]]
-        return _dw_packed(w.shape[1] * w.shape[2], w.shape[3])
-    if op.type == "FULLY_CONNECTED":
-        w = graph.tensors[op.inputs[1]]
-        cout, cin = w.shape[0], w.size // max(w.shape[0], 1)
-        return align_up((cin * 4 + 4) * align_up(cout, GEMM_NR), ALIGNMENT)
-    return 0
-
-
-def _dw_tile(kernel_size: int) -> int:
-    """The smallest unipass primary tile (3, 4, 9, 25 on FMA3) that holds the kernel; larger
-    kernels are approximated as one pass over the kernel."""
-    return next((t for t in (3, 4, 9, 25) if t >= kernel_size), kernel_size)
-
-
-DW_MAX_TILE = 25
-
-
-def _dw_packed(kernel_size: int, channels: int) -> int:
-    if kernel_size > DW_MAX_TILE:
-        # No depthwise microkernel holds more than 25 taps: XNNPACK runs the convolution as a
-        # grouped IGEMM (one channel per group) with a narrow-N GEMM (nr=2). Approximation,
-        # checked only through the measured peak (docs/memory.md).
-        return align_up((kernel_size * 4 + 4) * 2 * channels, ALIGNMENT)
-    return align_up((_dw_tile(kernel_size) * 4 + 4) * align_up(channels, 16), ALIGNMENT)
-
-
-def indirection_bytes(graph: Graph, op: Op) -> int:
-    """Bytes of the operator's indirection buffer (pointers into the input)."""
-    if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-        return 0
-    w = graph.tensors[op.inputs[1]]
-    out = graph.tensors[op.outputs[0]]
-    kh, kw = w.shape[1], w.shape[2]
-    oh, ow = out.shape[1], out.shape[2]
-    stride = tuple(op.attr("stride", (1, 1)))
-    depthwise = op.type == "DEPTHWISE_CONV_2D" or (
-        int(op.attr("groups", 1) or 1) > 1 and w.shape[3] == 1 and w.shape[0] == int(
-            op.attr("groups", 1)))
-    if depthwise and kh * kw > DW_MAX_TILE:
-        return kh * kw * align_up(oh * ow, GEMM_MR) * 8          # IGEMM indirection
-    if depthwise:
-        dil = tuple(op.attr("dilation", (1, 1)))
-        step_w = stride[1] if dil[1] == 1 else kw
-        step_h = kh * kw + (ow - 1) * step_w * kh
-        return align_up((_dw_tile(kh * kw) - kh * kw + oh * step_h) * 8, ALIGNMENT)
-    if (kh, kw) == (1, 1) and stride == (1, 1) and op.attr("padding", "SAME") in ("SAME", "VALID"):
-        return 0                                          # runs as a GEMM
-    return kh * kw * align_up(oh * ow, GEMM_MR) * 8

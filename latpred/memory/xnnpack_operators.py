@@ -1,0 +1,175 @@
+"""What each XNNPACK operator allocates for itself on this host: packed weights and
+indirection buffers, from the microkernel configuration it picks.
+
+Source: google/XNNPACK at 75db3c093 (the newest stored snapshot before the ai-edge-litert
+2.3.0 wheel; the wheel's exact pin is not in the LiteRT tree). Every rule here was checked
+against the wheel by tracing its allocations (malloc interposed, each call attributed to
+its XNNPACK caller: `create_igemm`, `create_dwconv_path`, `create_fully_connected_nc`,
+`reshape_igemm`, `reshape_dwconv`, `reshape_max_pooling2d`, `reshape_average_pooling2d`;
+docs/memory.md): byte-exact on the models traced.
+
+This host is x86-64 with FMA3/AVX2, no AVX-512, not a Zen 1 (cpuinfo's `xnn_uarch_zen`), so
+src/configs/gemm-config.c picks, for f32:
+
+- fully connected (`init_f32_gemm_config_impl`): 6x16 (mr=6, nr=16, kr=sr=1);
+- convolutions (`init_f32_igemm_config`): IGEMM 5x16 (mr in {1, 5}, nr=16);
+- the narrow config (`init_f32_gemm_nr2_config_impl`): 10x8 (mr in {1, 5, 10}, nr=8).
+"""
+
+from __future__ import annotations
+
+from latpred.graph import Graph, Op
+from latpred.memory.arena import align_up
+
+ALIGNMENT = 64              # XNN_ALLOCATION_ALIGNMENT
+POINTER = 8
+FC_NR = 16                  # init_f32_gemm_config_impl, x86 FMA3 asm: 6x16
+IGEMM_NR, IGEMM_MRS = 16, (1, 5)          # init_f32_igemm_config: 1x16, 5x16
+NR2_NR, NR2_MRS = 8, (1, 5, 10)           # init_f32_gemm_nr2_config_impl: 1x8, 5x8, 10x8
+DW_TILES, DW_CHANNEL_TILE = (3, 4, 9, 25), 16     # src/configs/dwconv-config.c, FMA3 unipass
+
+
+def use_nr2(nr: int, nr2: int, channels: int) -> bool:
+    """src/microkernel-utils.c `xnn_use_nr2`: a fully connected layer takes the narrow config
+    when the wide one is wider than its outputs, or wastes more than 1% of them in padding
+    that the narrow one would not."""
+    over, over2 = (nr - channels % nr) % nr, (nr2 - channels % nr2) % nr2
+    return nr > channels or (over2 < over and over * 100 > channels)
+
+
+def heuristic_mr(rows: int, mrs: tuple[int, ...], nr: int) -> int:
+    """src/operator-utils.c `xnn_get_heuristic_mr_igemm`: an exact-size kernel when one
+    exists, else the cheapest by ceil(rows / mr) * (3 * (mr + nr) + mr * nr), ties to the
+    larger mr."""
+    if rows == 0:
+        return mrs[-1]
+    if rows in mrs:
+        return rows
+    best, cost = mrs[-1], None
+    for mr in mrs:
+        c = -(-rows // mr) * (3 * (mr + nr) + mr * nr)
+        if cost is None or c <= cost:
+            best, cost = mr, c
+    return best
+
+
+def _fc_packed(cin: int, cout: int) -> int:
+    """src/operators/fully-connected-nc.c (`create_fully_connected_nc`, config chosen by
+    `xnn_use_nr2`): (cin * 4 + 4) * round_up(cout, nr), 64-aligned."""
+    nr = NR2_NR if use_nr2(FC_NR, NR2_NR, cout) else FC_NR
+    return align_up((cin * 4 + 4) * align_up(cout, nr), ALIGNMENT)
+
+
+def _igemm_nr(group_out: int) -> int:
+    """convolution-nhwc.c `select_gemm_config`: the IGEMM config, or the nr2 one when the
+    IGEMM's nr exceeds the group's output channels."""
+    return NR2_NR if group_out < IGEMM_NR else IGEMM_NR
+
+
+def _igemm_packed(kernel_size: int, group_in: int, group_out: int, groups: int) -> int:
+    """convolution-nhwc.c `create_igemm`: ((kernel_size * group_in * 4) + 4) *
+    round_up(group_out, nr) per group, the total 64-aligned (kr = sr = 1)."""
+    per_group = (kernel_size * group_in * 4 + 4) * align_up(group_out, _igemm_nr(group_out))
+    return align_up(per_group * groups, ALIGNMENT)
+
+
+def dw_tile(kernel_size: int) -> int | None:
+    """convolution-nhwc.c `find_dwconv_ukernel`: the smallest unipass primary tile that holds
+    the kernel; None above 25 taps (the convolution then runs as an IGEMM)."""
+    return next((t for t in DW_TILES if t >= kernel_size), None)
+
+
+def _conv_geometry(graph: Graph, op: Op) -> tuple[int, int, int, int, int] | None:
+    """(kernel size, group input channels, group output channels, groups, output pixels)."""
+    w = graph.tensors[op.inputs[1]]
+    out = graph.tensors[op.outputs[0]]
+    pixels = out.shape[1] * out.shape[2]
+    if op.type == "DEPTHWISE_CONV_2D":
+        # groups = input channels, each making depth_multiplier outputs (xnn_define_
+        # depthwise_convolution_2d); only a multiplier of 1 can take the dwconv path
+        multiplier = int(op.attr("depth_multiplier", 1) or 1)
+        return w.shape[1] * w.shape[2], 1, multiplier, w.shape[3] // multiplier, pixels
+    cout, kh, kw, cin = w.shape
+    groups = int(op.attr("groups", 1) or 1)
+    return kh * kw, cin, cout // groups, groups, pixels
+
+
+def _runs_as_fc(graph: Graph, op: Op) -> bool:
+    """tflite/delegates/xnnpack/xnnpack_delegate.cc `VisitConv2DNode`: a 1x1, stride-1,
+    ungrouped convolution is defined as a fully connected node (traced:
+    `xnn_define_fully_connected` <- `VisitConv2DNode`)."""
+    if op.type != "CONV_2D":
+        return False
+    w = graph.tensors[op.inputs[1]]
+    return (w.shape[1], w.shape[2]) == (1, 1) and tuple(op.attr("stride", (1, 1))) == (1, 1) \
+        and int(op.attr("groups", 1) or 1) == 1
+
+
+def packed_weights(graph: Graph, op: Op) -> int:
+    """Bytes of the weights XNNPACK packs for `op` (0 for ops without packed weights); the
+    delegate's default has no weights cache, so every operator packs its own copy."""
+    if op.type == "FULLY_CONNECTED":
+        w = graph.tensors[op.inputs[1]]
+        return _fc_packed(w.size // max(w.shape[0], 1), w.shape[0])
+    if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        return 0
+    if _runs_as_fc(graph, op):
+        w = graph.tensors[op.inputs[1]]
+        return _fc_packed(w.shape[3], w.shape[0])
+    ks, gin, gout, groups, _ = _conv_geometry(graph, op)
+    tile = dw_tile(ks) if gin == 1 and gout == 1 else None
+    if tile is not None:
+        # create_dwconv_path: (primary_tile * 4 + 4) * round_up_po2(channels, channel_tile)
+        return align_up((tile * 4 + 4) * align_up(groups, DW_CHANNEL_TILE), ALIGNMENT)
+    return _igemm_packed(ks, gin, gout, groups)
+
+
+def indirection_bytes(graph: Graph, op: Op) -> int:
+    """Bytes of the operator's indirection buffer, kept by the operator (the delegate does not
+    set XNN_FLAG_TRANSIENT_INDIRECTION_BUFFER)."""
+    if op.type in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
+        return _pool_buffers(graph, op)
+    if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or _runs_as_fc(graph, op):
+        return 0
+    ks, gin, gout, groups, pixels = _conv_geometry(graph, op)
+    w = graph.tensors[op.inputs[1]]
+    kh, kw = w.shape[1], w.shape[2]
+    tile = dw_tile(ks) if gin == 1 and gout == 1 else None
+    if tile is not None:
+        # convolution-nhwc.c `reshape_dwconv`: (primary_tile - kernel_size + OH * step_height)
+        # pointers, 64-aligned; step_height = KH*KW + (OW - 1) * step_width * KH
+        out = graph.tensors[op.outputs[0]]
+        oh, ow = out.shape[1], out.shape[2]
+        stride, dil = tuple(op.attr("stride", (1, 1))), tuple(op.attr("dilation", (1, 1)))
+        step_w = stride[1] if dil[1] == 1 else kw
+        step_h = ks + (ow - 1) * step_w * kh
+        return align_up((tile - ks + oh * step_h) * POINTER, ALIGNMENT)
+    # convolution-nhwc.c `reshape_igemm`: kernel_size * round_up(OH * OW, mr) pointers, mr
+    # from `xnn_get_heuristic_mr_igemm` over the chosen config's kernels
+    nr = _igemm_nr(gout)
+    mr = heuristic_mr(pixels, NR2_MRS if nr == NR2_NR else IGEMM_MRS, nr)
+    return ks * align_up(pixels, mr) * POINTER
+
+
+def _pool_buffers(graph: Graph, op: Op) -> int:
+    """Pooling indirection (src/operators/max-pooling-nhwc.c `reshape_max_pooling2d`,
+    average-pooling-nhwc.c `reshape_average_pooling2d`): (rows * step_height + pooling_size -
+    1) pointers with step_height = pooling_size + (OW - 1) * min(stride_w, KW) * KH; max
+    pooling indexes every output row, average pooling only the padded top and bottom rows
+    plus one, and with padding keeps a per-pixel divisor buffer (OH * OW floats)."""
+    kh, kw = op.attr("filter", (1, 1))
+    sh, sw = op.attr("stride", (1, 1))
+    if (kh, kw) == (1, 1):
+        return 0           # defined as a clamp (xnnpack.py `_in_place`): no pooling operator
+    ih = graph.tensors[op.inputs[0]].shape[1]
+    oh, ow = graph.tensors[op.outputs[0]].shape[1:3]
+    size = kh * kw
+    step_h = size + (ow - 1) * min(sw, kw) * kh
+    if op.type == "MAX_POOL_2D":
+        return (oh * step_h + size - 1) * POINTER
+    pad_h = max((oh - 1) * sh + kh - ih, 0) if op.attr("padding", "VALID") == "SAME" else 0
+    top, bottom = pad_h // 2, pad_h - pad_h // 2
+    rows = -(-top // sh) + -(-bottom // sh) + 1
+    # SAME padding sets XNN_FLAG_TENSORFLOW_SAME_PADDING: the pixelwise kernel, with divisors
+    divisors = oh * ow * 4 if op.attr("padding", "VALID") == "SAME" else 0
+    return (rows * step_h + size - 1) * POINTER + divisors

@@ -170,7 +170,8 @@ def workspace_plan(graph: Graph, layout: XnnpackLayout,
     best, extent, regrowth = 0, {}, 0
     partition_ops = [n.ops for n in layout.plan_input.nodes if n.label == "XNNPACK"]
     for ops, inside in zip(partition_ops, layout.internal):
-        size, ext = _partition_plan(graph, ops, set(inside), with_extent)
+        size, ext = _partition_plan(graph, ops, set(inside), layout.plan_input.sizes,
+                                    with_extent)
         if size > best:
             regrowth += best + 2 * EXTRA_BYTES if best else 0
         best = max(best, size)
@@ -216,7 +217,7 @@ def _in_place(op: Op) -> bool:
     return op.type in _IN_PLACE or _is_clamp(op)
 
 
-def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int],
+def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int], sizes: dict[int, int],
                     with_extent: bool = False) -> tuple[int, dict[int, int]]:
     """XNNPACK's plan of one partition's workspace: its size and, with `with_extent`, the
     highest workspace byte in use while each op runs (graph op index -> bytes)."""
@@ -252,7 +253,7 @@ def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int],
         out = op.outputs[0]
         for t in (fused.get(t, t) for t in op.inputs):
             if t in inside and consumers.get(t) == 1 and \
-                    graph.tensors[t].nbytes == graph.tensors[out].nbytes and \
+                    sizes[t] == sizes[out] and \
                     consumers.get(out, 0) == 1:
                 root = t
                 while root in reuse:
@@ -262,12 +263,12 @@ def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int],
                 break
     # Values are added in id order (the delegate defines them by tensor index) and sorted by
     # size; ties keep id order (glibc's merge-sort qsort is stable).
-    values = sorted((t for t in sorted(inside) if t not in reuse and graph.tensors[t].nbytes),
-                    key=lambda t: -rounded(graph.tensors[t].nbytes))
+    values = sorted((t for t in sorted(inside) if t not in reuse and sizes[t]),
+                    key=lambda t: -rounded(sizes[t]))
     placed: list[tuple[int, int, int, int]] = []      # (start, end, first, last)
     size = 0
     for t in values:
-        need = rounded(graph.tensors[t].nbytes)
+        need = rounded(sizes[t])
         blocks = sorted((s, e) for s, e, f, l in placed if not (l < first[t] or f > last[t]))
         offset = _find_offset(blocks, need)
         placed.append((offset, offset + need, first[t], last[t]))

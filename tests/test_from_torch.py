@@ -157,11 +157,13 @@ class Shuffle(nn.Module):
 
 
 def test_chunk_cat_and_channel_shuffle():
+    # as litert-torch 0.10 writes them: chunk as SLICEs, the shuffle's views on torch's order
     g = check_output_shape(Shuffle(), torch.randn(1, 16, 6, 6))
-    assert ops(g) == ["SPLIT", "CONV_2D", "CONCATENATION", "RESHAPE", "TRANSPOSE", "RESHAPE"]
+    assert ops(g) == ["SLICE", "SLICE", "CONV_2D", "CONCATENATION", "TRANSPOSE", "RESHAPE",
+                      "TRANSPOSE", "RESHAPE", "TRANSPOSE"]
     assert only(g, "CONCATENATION").attr("axis") == 3
-    assert g.tensors[g.ops[4].inputs[1]].value == (0, 1, 2, 4, 3)
-    assert g.tensors[g.ops[3].outputs[0]].shape == (1, 6, 6, 2, 8)
+    assert g.tensors[g.ops[6].inputs[1]].value == (0, 2, 1, 3, 4)
+    assert g.tensors[g.ops[5].outputs[0]].shape == (1, 2, 8, 6, 6)
 
 
 @pytest.mark.parametrize("pool, expected", [
@@ -200,13 +202,27 @@ class LN(nn.Module):
         return self.fc(self.norm(x.permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
 
 
-def test_layer_norm_and_linear_on_nhwc_after_permute_move_no_data():
+LN_CORE = ["RESHAPE", "MEAN", "RESHAPE", "SQUARED_DIFFERENCE", "MEAN", "ADD", "RSQRT", "MUL",
+           "SUB", "RESHAPE", "MUL", "RESHAPE", "ADD"]
+
+
+def test_layer_norm_and_linear_as_litert_torch_writes_them():
     g = check_output_shape(LN(), torch.randn(1, 16, 5, 5))
-    assert ops(g) == ["MEAN", "NEG", "SQUARED_DIFFERENCE", "MEAN", "ADD", "RSQRT", "MUL", "MUL",
-                      "ADD", "MUL", "ADD", "FULLY_CONNECTED"]
+    # identity gamma and beta are folded away; the FC reads the [1, rows, C] rows
+    assert ops(g) == LN_CORE + ["FULLY_CONNECTED", "RESHAPE"]
     fc = only(g, "FULLY_CONNECTED")
     assert fc.attr("keep_num_dims") is True
-    assert g.tensors[fc.outputs[0]].shape == (1, 5, 5, 32)
+    assert g.tensors[fc.outputs[0]].shape == (1, 25, 32)
+
+
+def test_layer_norm_with_gamma_and_beta():
+    m = LN()
+    with torch.no_grad():
+        m.norm.weight.uniform_(0.5, 1.5)
+        m.norm.bias.uniform_(-1, 1)
+    g = check_output_shape(m, torch.randn(1, 16, 5, 5))
+    assert ops(g) == LN_CORE + ["MUL", "ADD", "RESHAPE", "FULLY_CONNECTED"]
+    assert g.tensors[only(g, "FULLY_CONNECTED").outputs[0]].shape == (1, 5, 5, 32)
 
 
 def test_constant_add_and_mul_after_a_conv_fold_into_it():

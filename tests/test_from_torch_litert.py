@@ -31,6 +31,7 @@ CASES = {   # name: (module maker, input channels, input size)
     "squeeze_excite": (lambda: small.SE(16), 16, 12),
     "shuffle_block": (lambda: small.Shuffle(), 16, 10),
     "layer_norm": (lambda: small.LN(), 16, 7),
+    "layer_norm_affine": (lambda: _affine(small.LN()), 16, 7),
     "residual": (lambda: small.Residual(), 8, 9),
     "pools": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.MaxPool2d(3, 2, 1),
                                     nn.AvgPool2d(3, 1, 1), nn.Hardswish(),
@@ -39,6 +40,16 @@ CASES = {   # name: (module maker, input channels, input size)
     "standalone_bn": (lambda: nn.Sequential(nn.BatchNorm2d(4), nn.Conv2d(4, 4, 3, 2, 1),
                                             nn.Hardsigmoid()), 4, 8),
 }
+
+
+def _affine(m: nn.Module) -> nn.Module:
+    """Trained-looking layer norms: gamma and beta that are not the identity."""
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.LayerNorm):
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.uniform_(-1, 1)
+    return m
 
 
 def run_litert(data: bytes, x: np.ndarray) -> list[np.ndarray]:

@@ -363,8 +363,11 @@ def test_tiny_convnext_parameters_and_shape():
 
     m = TinyConvNeXt().eval()
     g = from_torch(m, torch.randn(1, 3, 64, 64))
-    # each block's layer_scale (C) folds into the FULLY_CONNECTED before it, as litert-torch does
+    # each block's layer_scale (C) folds into the FULLY_CONNECTED before it, and the layer
+    # norms' identity gamma (ones) and beta (zeros) fold away, as litert-torch does
     scales = sum(b.layer_scale.numel() for b in (m.stage1, m.stage2))
-    assert param_count(g) == sum(p.numel() for p in m.parameters()) - scales
+    norms = sum(mod.weight.numel() + mod.bias.numel() for mod in m.modules()
+                if isinstance(mod, nn.LayerNorm))
+    assert param_count(g) == sum(p.numel() for p in m.parameters()) - scales - norms
     assert [g.tensors[t].shape for t in g.outputs] == [(1, 10)]
     assert g.op_types().get("GELU") == 2 and g.op_types().get("RSQRT") == 5

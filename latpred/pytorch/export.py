@@ -10,7 +10,8 @@ ReLU/ReLU6 fold into their producer (the builder does it as the MLIR converter d
 FULLY_CONNECTED, a global adaptive average pool is MEAN, dropout disappears, a padding that SAME
 cannot express is an explicit PAD before a VALID window. Torch's permutes and transposes move no
 data: a tensor's layout (`layout.py`) follows them, and a TRANSPOSE is written only where an op
-needs another order (a flatten of a spatial map, a channel shuffle).
+needs another order: views, reductions to fewer axes and layer norms work on torch's order, as
+litert-torch's layout pass leaves them (`movement.py`).
 
 `export_with_weights` also returns the folded weights, so `to_tflite` writes a file that LiteRT
 runs with the module's own numbers. An op without a lowering raises `UnsupportedOpError` naming
@@ -144,6 +145,9 @@ class Lowering:
         self.node: Any = None
         self.folded: dict[str, Any] = {}        # conv/linear node name -> its batch norm node
         self.origin: dict[int, Any] = {}        # graph tensor id -> the node whose value it is
+        self.producer: dict[int, Any] = {}      # graph tensor id -> the node that first held it
+        self.no_fold: set[int] = set()          # RESHAPE outputs a FULLY_CONNECTED must not skip
+        self.relayouts: dict[tuple[int, Perm], int] = {}   # (tensor, layout) -> its relayout
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -170,8 +174,7 @@ class Lowering:
                 outputs = list(_flatten(n.args[0]))
             elif n.target is operator.getitem:
                 self.env[n.name] = self.env[n.args[0].name][n.args[1]]
-                if isinstance(self.env[n.name], Val):
-                    self.origin[self.env[n.name].tid] = n
+                self._note(n)
             else:
                 name = op_name(n)
                 if name in SKIP or name.startswith("_assert"):
@@ -187,14 +190,31 @@ class Lowering:
                         f"from_torch has no TFLite lowering for aten.{name} (from "
                         f"{module_path(n)}).")
                 self.env[n.name] = self._checked(n, handler(self, n, args, kwargs))
-                if isinstance(self.env[n.name], Val):
-                    self.origin[self.env[n.name].tid] = n
+                self._note(n)
         outs = [self.env.get(o.name) if hasattr(o, "name") else None for o in outputs]
         if not outs or not all(isinstance(v, Val) for v in outs):
             raise UnsupportedModelError("from_torch needs a module whose outputs are tensors "
                                         "computed from its inputs.")
-        self.b.output(*[v.tid for v in outs])
+        # outputs as litert_torch.to_channel_last_io gives them: 4-D NHWC, others torch order
+        self.b.output(*[self.to_layout(v, canonical(v.rank)).tid for v in outs])
         return self.b.build()
+
+    def _note(self, n: Any) -> None:
+        v = self.env[n.name]
+        if isinstance(v, Val):
+            self.origin[v.tid] = n
+            self.producer.setdefault(v.tid, n)
+
+    def sole_reader(self, tid: int) -> bool:
+        """True when the node being lowered is the only reader of graph tensor `tid`: every
+        node from its producer to this one (permutes, views that wrote nothing) has one user."""
+        node = self.producer.get(tid)
+        while node is not None and node is not self.node:
+            users = list(node.users)
+            if len(users) != 1:
+                return False
+            node = users[0]
+        return node is self.node
 
     def _placeholder(self, n: Any, spec: Any) -> Any:
         kind = getattr(getattr(spec, "kind", None), "name", "USER_INPUT")
@@ -268,12 +288,16 @@ class Lowering:
         perm = tuple(perm)
         if v.perm == perm:
             return v
+        done = self.relayouts.get((v.tid, perm))   # one TRANSPOSE for all readers (CSE)
+        if done is not None:
+            return Val(done, v.shape, perm)
         shape = graph_shape(v.shape, perm)
         if is_trivial(v.shape, v.perm, perm):
             tid = self.b.reshape(v.tid, shape, name=f"{self.name}/relayout")
         else:
             tid = self.b.transpose(v.tid, transpose_perm(v.perm, perm),
                                    name=f"{self.name}/transpose")
+        self.relayouts[(v.tid, perm)] = tid
         return Val(tid, v.shape, perm)
 
     def nhwc(self, v: Val) -> Val:

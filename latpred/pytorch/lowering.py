@@ -7,13 +7,14 @@ node's value. What each writes is what the converters write for the same layer:
 - conv2d/convolution: CONV_2D (groups kept), DEPTHWISE_CONV_2D when groups == input channels;
   SAME when TFLite's implicit padding equals torch's, VALID for none, else PAD + VALID.
 - batch norm after a convolution or linear layer used once: folded; elsewhere MUL + ADD.
-- linear/addmm/mm: FULLY_CONNECTED with keep_num_dims (litert-torch sets it on 2-D inputs too).
+- linear/addmm/mm: FULLY_CONNECTED on torch's order, keep_num_dims as litert-torch's converter
+  leaves it (`_dense`).
 - relu/relu6/hardtanh(0, 6) -> RELU/RELU6 (fused into the producer by the builder), hardswish ->
   HARD_SWISH, hardsigmoid -> ADD(3, RELU6) + MUL(1/6), silu -> LOGISTIC + MUL, gelu -> GELU.
 - adaptive average pool to 1x1 -> MEAN(keep_dims); to a divisor -> AVERAGE_POOL_2D; max pools
   padded by torch get a PADV2 of the lowest float before a VALID window (SAME when it matches).
-- layer_norm over the last axis: Keras's LayerNormalization sequence (MEAN, NEG,
-  SQUARED_DIFFERENCE, MEAN, ADD, RSQRT, MUL, MUL, [ADD beta], MUL, ADD), as TF 2.21 writes it.
+- layer_norm over the last axis: litert-torch's lowering on [1, rows, C] (MEAN,
+  SQUARED_DIFFERENCE, MEAN, ADD, RSQRT, MUL, SUB, MUL, ADD with RESHAPEs; see `movement.py`).
 """
 
 from __future__ import annotations
@@ -149,20 +150,42 @@ def conv(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
 
 
 def _dense(lw: Lowering, n: Any, x: Any, w: Any, bias: Any) -> Val:
+    """FULLY_CONNECTED as litert-torch 0.10 writes aten.linear (view to 2-D, mm, view back):
+    on torch's order, reading through RESHAPEs that keep the last axis, with keep_num_dims
+    when that gives the output's leading axes, without it for a 2-D output, else followed by
+    a RESHAPE (the converter's FULLY_CONNECTED/RESHAPE folds, as observed on its output)."""
+    from latpred.pytorch.movement import torch_reshape
+
     x = _like(lw, x)
     if isinstance(w, Val) or isinstance(bias, Val):
         raise _unsupported(lw, "with weights computed at run time (use a constant weight)")
     w, bias = _fold(lw, n, w.float(), None if bias is None else bias.float())
-    last = x.rank - 1
-    if x.perm[-1] != last:
-        x = lw.to_layout(x, tuple(a for a in x.perm if a != last) + (last,))
-    y = lw.b.fully_connected(x.tid, int(w.shape[0]), bias=bias is not None,
-                             keep_num_dims=True, name=n.name)   # as litert-torch writes it
+    x = torch_reshape(lw, x, x.shape, f"{n.name}/in")
+    src, out = _fc_source(lw, x.tid, int(w.shape[1])), lw.out_shape()
+    lead = lw.b.shape(src)[:-1]
+    keep = lead == out[:-1] or len(out) != 2
+    y = lw.b.fully_connected(src, int(w.shape[0]), bias=bias is not None, keep_num_dims=keep,
+                             name=n.name)
     ins = lw.last_inputs()
     lw.set_data(ins[1], w)
     if bias is not None:
         lw.set_data(ins[2], bias)
-    return lw.val(y, lw.out_shape(), x.perm)
+    if lw.b.shape(y) != out:
+        y = lw.b.reshape(y, out, name=f"{n.name}/out")
+    return lw.val(y, out, tuple(range(len(out))))
+
+
+def _fc_source(lw: Lowering, tid: int, k: int) -> int:
+    """The tensor a FULLY_CONNECTED reads: through the RESHAPEs just written that keep the last
+    axis (`k`), unless a lowering pinned one (`Lowering.no_fold`). A skipped RESHAPE that
+    nothing else reads is dropped with the dead ops."""
+    recent = {op.outputs[0]: op for op in lw.b._ops[-4:] if op.type == "RESHAPE"}
+    while tid in recent and tid not in lw.no_fold:
+        src = recent[tid].inputs[0]
+        if lw.b.shape(src)[-1] != k:
+            break
+        tid = src
+    return tid
 
 
 def linear(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:

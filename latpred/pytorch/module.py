@@ -199,12 +199,19 @@ def _setup_strided_slice(layer: Layer, graph: Graph, op: Op, data) -> None:
     layer.index = tuple(index)
 
 
+def _setup_slice(layer: Layer, graph: Graph, op: Op, data) -> None:
+    shape = graph.tensors[op.inputs[0]].shape
+    begin, size = _const_value(graph, op.inputs[1]), _const_value(graph, op.inputs[2])
+    layer.index = tuple(slice(b, n if s == -1 else b + s)
+                        for b, s, n in zip(begin, size, shape))
+
+
 _SETUP = {"CONV_2D": _setup_conv, "DEPTHWISE_CONV_2D": _setup_conv,
           "FULLY_CONNECTED": _setup_fc, "MAX_POOL_2D": _setup_pool,
           "AVERAGE_POOL_2D": _setup_pool, "MEAN": _setup_mean,
           "CONCATENATION": _setup_concat, "SPLIT": _setup_split, "SPLIT_V": _setup_split,
           "TRANSPOSE": _setup_transpose, "PAD": _setup_pad, "PADV2": _setup_pad,
-          "STRIDED_SLICE": _setup_strided_slice}
+          "STRIDED_SLICE": _setup_strided_slice, "SLICE": _setup_slice}
 
 
 class GraphModule(nn.Module):

@@ -1,5 +1,13 @@
 """Lowerings of pools, reductions, layout and data movement, and layer norm (see
-`lowering.py`, whose HANDLERS table holds them)."""
+`lowering.py`, whose HANDLERS table holds them).
+
+Where a layout choice matters they follow litert-torch 0.10's layout pass
+(litert_torch/_convert/fx_passes/optimize_layout_transposes_pass/, layout_check.py and
+layout_rewrite.py): it runs an op in NHWC only when its output and inputs are 4-D and it has an
+NHWC rewrite; aten.view/permute/expand never are (`_not_nhwc`), so a view works on torch's order
+(the channel shuffle: TRANSPOSE, RESHAPE, TRANSPOSE, RESHAPE, TRANSPOSE), a reduction to fewer
+than 4 axes runs on NCHW, and split_with_sizes is rewritten to NHWC and lowered as SLICEs.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,7 @@ import numpy as np
 import torch
 
 from latpred.pytorch.export import Handler, Lowering, Val, op_name
-from latpred.pytorch.layout import canonical, permuted, plan_view, reduce_perm
+from latpred.pytorch.layout import canonical, is_trivial, permuted, reduce_perm
 from latpred.pytorch.lowering import (_LOWEST, _arg, _like, _pads, _unsupported,
                                       _window_padding)
 from latpred.shapes import pair
@@ -19,11 +27,22 @@ from latpred.shapes import pair
 # -- pooling and reductions ------------------------------------------------------------------
 def _reduce(lw: Lowering, n: Any, x: Val, dims: Any, keep: bool, op_type: str) -> Val:
     dims = sorted({int(d) % x.rank for d in (dims if dims else range(x.rank))})
+    if x.rank == 4 and (not keep or _feeds_permute(n)):
+        # litert-torch: a reduction whose output is not 4-D is never NHWC (layout_check.py's
+        # default checker), so it reduces NCHW (x.mean([2, 3]): TRANSPOSE, MEAN). A keep_dims
+        # mean that a permute reads stays NCHW too: the converter folds TRANSPOSE-MEAN only
+        # when a reshape follows the MEAN, not a transpose (ConvNeXt's head, litert-torch 0.10).
+        x = lw.to_layout(x, tuple(range(4)))
     axes = sorted(x.perm.index(d) for d in dims)
     base = lw.b._base(n.name, op_type.lower())
     axes_t = lw.b._int_const((len(axes),), axes, f"{base}/axes")
     y = lw.b._op(op_type, (x.tid, axes_t), base, keep_dims=bool(keep))[0]
     return lw.val(y, lw.out_shape(), x.perm if keep else reduce_perm(x.perm, dims))
+
+
+def _feeds_permute(n: Any) -> bool:
+    users = list(n.users)
+    return len(users) == 1 and op_name(users[0]) in ("permute", "transpose")
 
 
 def reducer(op_type: str) -> Handler:
@@ -99,26 +118,39 @@ def avg_pool(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
 
 
 # -- data movement ---------------------------------------------------------------------------
-def view(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
-    x = _like(lw, args[0])
-    new = lw.out_shape()
-    plan = plan_view(x.shape, x.perm, new)
+def torch_reshape(lw: Lowering, x: Val, shape: Any, name: str) -> Val:
+    """`x` viewed as torch shape `shape`, as litert-torch lowers aten.view: on torch's order (a
+    TRANSPOSE first, none when only size-1 axes move, which the RESHAPE does), then a RESHAPE
+    (none when the shapes agree) or the converter's fold into a keep_dims MEAN before it."""
+    shape = tuple(int(d) for d in shape)
+    if not is_trivial(x.shape, x.perm, tuple(range(x.rank))):
+        x = lw.to_layout(x, tuple(range(x.rank)))
+    tid = x.tid
+    if lw.b.shape(tid) != shape:
+        tid = _fold_into_mean(lw, tid, shape)
+    if lw.b.shape(tid) != shape:
+        tid = lw.b.reshape(tid, shape, name=name)
+    return lw.val(tid, shape, tuple(range(len(shape))))
+
+
+def _fold_into_mean(lw: Lowering, tid: int, shape: tuple[int, ...]) -> int:
+    """A keep_dims MEAN read only by this reshape drops its size-1 axes (keep_dims=False), as
+    the converter writes it; the reshape is then gone or reshapes the squeezed result."""
     ops = lw.b._ops
-    if plan.mid == x.perm and ops and ops[-1].type == "MEAN" and ops[-1].outputs == (x.tid,) \
-            and ops[-1].attr("keep_dims") and len(n.args[0].users) == 1:
-        mean = ops[-1]
-        axes = set(lw.b._tensors[mean.inputs[1]].value or ())
-        squeezed = tuple(d for i, d in enumerate(lw.b.shape(mean.inputs[0])) if i not in axes)
-        if squeezed == plan.out_shape:   # the converter folds the reshape into the MEAN
-            lw.b._tensors[x.tid] = replace(lw.b._tensors[x.tid], shape=squeezed)
-            ops[-1] = type(mean)(mean.type, mean.inputs, mean.outputs,
-                                 tuple(sorted({**mean.attr_dict, "keep_dims": False}.items())))
-            return lw.val(x.tid, new, plan.out_perm)
-    if plan.mid != x.perm:
-        x = lw.to_layout(x, plan.mid)
-    tid = x.tid if lw.b.shape(x.tid) == plan.out_shape else \
-        lw.b.reshape(x.tid, plan.out_shape, name=n.name)
-    return lw.val(tid, new, plan.out_perm)
+    if not ops or ops[-1].type != "MEAN" or ops[-1].outputs != (tid,) \
+            or not ops[-1].attr("keep_dims") or not lw.sole_reader(tid):
+        return tid
+    mean = ops[-1]
+    axes = {a % len(lw.b.shape(tid)) for a in lw.b._tensors[mean.inputs[1]].value or ()}
+    squeezed = tuple(d for i, d in enumerate(lw.b.shape(mean.inputs[0])) if i not in axes)
+    lw.b._tensors[tid] = replace(lw.b._tensors[tid], shape=squeezed)
+    ops[-1] = type(mean)(mean.type, mean.inputs, mean.outputs,
+                         tuple(sorted({**mean.attr_dict, "keep_dims": False}.items())))
+    return tid
+
+
+def view(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
+    return torch_reshape(lw, _like(lw, args[0]), lw.out_shape(), n.name)
 
 
 def permute(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
@@ -154,14 +186,26 @@ def cat(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
 
 
 def split(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> list[Val]:
+    """One SLICE per part, as litert-torch lowers split_with_sizes; a 4-D input is split in
+    NHWC (its layout pass rewrites the split's dim, layout_rewrite.py dim_attr_rewriter)."""
     x = _like(lw, args[0])
+    if x.rank == 4:
+        x = lw.nhwc(x)
     dim = int(_arg(args, kw, 2, "dim", 0)) % x.rank
-    outs = [tuple(int(d) for d in v.shape) for v in n.meta["val"]]
-    sizes = [s[dim] for s in outs]
-    axis = x.perm.index(dim)
-    ids = lw.b.split(x.tid, len(sizes), axis, name=n.name) if len(set(sizes)) == 1 else \
-        lw.b.split_v(x.tid, sizes, axis, name=n.name)
-    return [lw.val(t, s, x.perm) for t, s in zip(ids, outs)]
+    axis, shape = x.perm.index(dim), lw.b.shape(x.tid)
+    vals, start = [], 0
+    for out in n.meta["val"]:
+        out = tuple(int(d) for d in out.shape)
+        begin, size = [0] * x.rank, list(shape)
+        begin[axis], size[axis] = start, out[dim]
+        base = lw.b._base(n.name, "slice")
+        consts = [lw.b._int_const((x.rank,), v, f"{base}/{w}")
+                  for v, w in ((begin, "begin"), (size, "size"))]
+        tid = lw.b._raw("SLICE", (x.tid, *consts), [(tuple(size), lw.b._get(x.tid).dtype)],
+                        base)[0]
+        vals.append(lw.val(tid, out, x.perm))
+        start += out[dim]
+    return vals
 
 
 def slice_(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
@@ -207,28 +251,39 @@ def pad(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
 
 
 def layer_norm(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Any:
+    """litert-torch's lowering (backend/lowerings/_layer_norm.py, 0.10): the input reshaped to
+    [1, rows, C], stablehlo batch_norm_training over it, which the converter writes as MEAN,
+    SQUARED_DIFFERENCE, MEAN, ADD(eps), RSQRT, MUL, SUB and the broadcast MUL, ADD with [1,
+    rows, 1] RESHAPEs; then gamma and beta as MUL and ADD of [C] constants, each left out when
+    it is the identity (the converter folds x*1 and x+0); then the RESHAPE back."""
     x = _like(lw, args[0])
-    shape = list(args[1])
     weight, bias = _arg(args, kw, 2, "weight"), _arg(args, kw, 3, "bias")
     eps = float(_arg(args, kw, 4, "eps", 1e-5))
-    if len(shape) != 1 or isinstance(weight, Val) or isinstance(bias, Val):
+    if len(list(args[1])) != 1 or isinstance(weight, Val) or isinstance(bias, Val):
         raise _unsupported(lw, "over more than the last axis")
-    last = x.rank - 1
-    if x.perm[-1] != last:
-        x = lw.to_layout(x, tuple(a for a in x.perm if a != last) + (last,))
+    rows, shape = int(np.prod(x.shape[:-1])), x.shape
     b, base = lw.b, lw.b._base(n.name, "layer_norm")
-    axis = b._int_const((1,), (-1,), f"{base}/axis")
-    mean = b._op("MEAN", (x.tid, axis), f"{base}/mean", keep_dims=True)[0]
-    neg = b._op("NEG", (mean,), f"{base}/neg")[0]
-    diff = b._op("SQUARED_DIFFERENCE", (x.tid, mean), f"{base}/sqdiff")[0]
-    var = b._op("MEAN", (diff, axis), f"{base}/var", keep_dims=True)[0]
-    inv = b._op("RSQRT", (b.add(var, lw.constant(np.float32(eps), f"{base}/epsilon"),
-                                name=f"{base}/add_eps"),), f"{base}/rsqrt")[0]
-    if weight is not None:
-        inv = b.mul(inv, lw.constant(weight.numpy(), f"{base}/gamma"), name=f"{base}/scale")
-    shift = b.mul(neg, inv, name=f"{base}/shift")
-    if bias is not None:
-        shift = b.add(shift, lw.constant(bias.numpy(), f"{base}/beta"), name=f"{base}/center")
-    y = b.add(b.mul(x.tid, inv, name=f"{base}/scaled"), shift, name=base)
-    out = lw.val(y, lw.out_shape() if op_name(n) == "layer_norm" else x.shape, x.perm)
+    x3 = torch_reshape(lw, x, (1, rows, shape[-1]), f"{base}/rows").tid
+    axes = b._int_const((2,), (0, 2), f"{base}/axes")
+    mean = b._op("MEAN", (x3, axes), f"{base}/mean", keep_dims=False)[0]
+    diff = b._op("SQUARED_DIFFERENCE", (x3, b.reshape(mean, (1, rows, 1), name=f"{base}/mean_b")),
+                 f"{base}/sqdiff")[0]
+    var = b._op("MEAN", (diff, axes), f"{base}/var", keep_dims=False)[0]
+    rstd = b._op("RSQRT", (b.add(var, lw.constant(np.float32(eps), f"{base}/epsilon"),
+                                 name=f"{base}/add_eps"),), f"{base}/rstd")[0]
+    shift = b.sub(lw.constant(np.float32(0.0), f"{base}/zero"),
+                  b.mul(mean, rstd, name=f"{base}/mean_rstd"), name=f"{base}/shift")
+    y = b.mul(x3, b.reshape(rstd, (1, rows, 1), name=f"{base}/rstd_b"), name=f"{base}/scaled")
+    y = b.add(y, b.reshape(shift, (1, rows, 1), name=f"{base}/shift_b"), name=f"{base}/norm")
+    gamma = weight is not None and not bool(torch.all(weight == 1))
+    beta = bias is not None and bool(torch.any(bias != 0))
+    if gamma:
+        y = b.mul(y, lw.constant(weight.numpy(), f"{base}/gamma"), name=f"{base}/gamma")
+    if beta:
+        y = b.add(y, lw.constant(bias.numpy(), f"{base}/beta"), name=f"{base}/beta")
+    if b.shape(y) != shape:
+        y = b.reshape(y, shape, name=base)
+        if gamma or beta:   # the converter reshapes before a FULLY_CONNECTED here (`_dense`)
+            lw.no_fold.add(y)
+    out = lw.val(y, shape, tuple(range(len(shape))))
     return out if op_name(n) == "layer_norm" else (out, None, None)

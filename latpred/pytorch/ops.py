@@ -10,8 +10,8 @@ act on the NHWC view. Each op is what a PyTorch model would launch for the layer
 - FULLY_CONNECTED: `F.linear` (cuBLAS GEMM with the bias), then the activation;
 - pools: `F.max_pool2d` / `F.avg_pool2d`; MEAN: `torch.mean`;
 - RESHAPE of a contiguous tensor is a view (no kernel); TRANSPOSE is materialised
-  (`permute().contiguous()`, one copy kernel); SPLIT / SPLIT_V / STRIDED_SLICE materialise each
-  part that is not contiguous (one copy kernel each);
+  (`permute().contiguous()`, one copy kernel); SPLIT / SPLIT_V / STRIDED_SLICE / SLICE
+  materialise each part that is not contiguous (one copy kernel each);
 - SAME padding: symmetric padding that gives TFLite's output size (what a PyTorch model uses;
   the cost is the same), or, with `exact=True`, TFLite's asymmetric padding through `F.pad`
   (numerically identical to LiteRT; for tests).
@@ -197,5 +197,5 @@ OPS: dict[str, OpFn] = {
     "GELU": gelu, "LEAKY_RELU": leaky_relu, "SOFTMAX": softmax, "CONCATENATION": concat,
     "SPLIT": split, "SPLIT_V": split, "RESHAPE": reshape, "SQUEEZE": reshape,
     "EXPAND_DIMS": reshape, "TRANSPOSE": transpose, "PAD": pad, "PADV2": pad,
-    "STRIDED_SLICE": strided_slice, "BATCH_MATMUL": batch_matmul,
+    "STRIDED_SLICE": strided_slice, "SLICE": strided_slice, "BATCH_MATMUL": batch_matmul,
 }

@@ -407,16 +407,20 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
               help="One factor for all kernels, per-kernel-type factors, factors plus residual "
                    "trees, or the simplest of the three within 5% of the best in a "
                    "cross-validation over DATA.")
+@click.option("--overhead", default="auto", show_default=True,
+              type=click.Choice(["auto", "scaled", "refit"]),
+              help="The source's overhead times the common factor, one re-fitted on DATA, or "
+                   "the re-fitted one only where it cross-validates over 5% better.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Predictor directory to write.")
-def adapt(source: str, data: str, target_name: str | None, method: str, seed: int,
-          out: str) -> None:
+def adapt(source: str, data: str, target_name: str | None, method: str, overhead: str,
+          seed: int, out: str) -> None:
     """Adapt a predictor to a new device from a few models measured there (docs/fewshot.md)."""
     from latpred.predictors.adapt import adapt_dataset
     from latpred.predictors.console import print_training
 
-    model = adapt_dataset(source, data, target_name, method, seed)
+    model = adapt_dataset(source, data, target_name, method, seed, overhead)
     model.save(out)
     print_training(model)
     cv = model.training.get("method_cv_mape") or {}
@@ -424,7 +428,8 @@ def adapt(source: str, data: str, target_name: str | None, method: str, seed: in
         " (cross-validated MAPE " + ", ".join(f"{m} {100 * v:.1f}%" for m, v in cv.items()) + ")"
         if cv else "")
     click.echo(f"Adapted from {model.training['adapted_from']} with {chosen} on "
-               f"{model.training['n_models']} models; saved the predictor to {out}.")
+               f"{model.training['n_models']} models, {model.training['overhead']} overhead; "
+               f"saved the predictor to {out}.")
 
 
 @main.command()

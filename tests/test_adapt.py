@@ -155,6 +155,7 @@ def test_adapt_command_and_its_errors(pair, tmp_path):
                                str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     assert "Adapted from host/cpu/fp32/t1 with scale on 50 models" in res.output
+    assert "overhead" in res.output
     assert LatencyModel.load(tmp_path / "a").target == NEW
     res = runner.invoke(main, ["adapt", "--from", str(tmp_path / "src"), "--data",
                                str(new_ds.root), "--target", "host/cpu/int8/t1", "--out",
@@ -191,3 +192,30 @@ def test_a_source_of_another_precision_sees_the_new_kernels_in_its_own_bytes(pai
     model.save(tmp_path / "p")
     back = LatencyModel.load(tmp_path / "p").types["conv2d"].regressor
     assert back.feature_scale == want and back.predict(X) == pytest.approx(reg.predict(X))
+
+
+def test_the_source_overhead_is_kept_scaled_unless_a_refit_cross_validates_better(pair):
+    from latpred.predictors.adapt import AUTO_TOLERANCE
+    from latpred.predictors.overhead import fit_overhead
+
+    source, new_ds, _ = pair
+    k, m, _, _ = _split(new_ds, 20)
+    scaled = adapt(source, k, m, NEW, "scale", overhead="scaled")
+    f, src = scaled.training["common_factor"], source.overhead
+    assert scaled.training["overhead"] == "scaled" and f == pytest.approx(0.8, rel=0.3)
+    # its milliseconds scale with the device; its share of the (new) kernel sum does not
+    got = scaled.overhead
+    assert (got.kind, got.per_kernel_ms) == (src.kind, src.per_kernel_ms)
+    assert (got.intercept, got.per_kernel) == pytest.approx((src.intercept * f, src.per_kernel * f))
+    refit = adapt(source, k, m, NEW, "scale", overhead="refit")
+    want = fit_overhead(m["n_kernels"], m["kernel_sum_ms"], m["latency_ms"], "auto", 0)
+    assert refit.overhead == want and refit.types.keys() == scaled.types.keys()
+    auto = adapt(source, k, m, NEW, "auto")
+    cv = auto.training["overhead_cv_mape"]
+    assert set(cv) == {"scaled", "refit"}
+    assert (auto.training["overhead"] == "scaled") == \
+        (cv["scaled"] <= (1 + AUTO_TOLERANCE) * min(cv.values()))
+    assert auto.overhead == (scaled if auto.training["overhead"] == "scaled" else refit).overhead \
+        or auto.training["method"] != "scale"
+    with pytest.raises(PredictorError, match="Unknown overhead"):
+        adapt(source, k, m, NEW, "scale", overhead="zero")

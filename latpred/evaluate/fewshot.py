@@ -5,7 +5,8 @@ The new device's dataset is split once into a test set and a pool (or the test s
 dataset, e.g. the zoo measured on the new device). For each n in `shots`, `draws` random sets
 of n pool models are drawn; on each, every method is trained and scored on the same test set:
 
-- `adapt global`, `adapt scale`, `adapt residual`, `adapt auto` (predictors/adapt.py);
+- `adapt global`, `adapt scale`, `adapt residual`, `adapt auto` (predictors/adapt.py; each
+  with its overhead chosen by `adapt`'s cross-validation: the source's scaled, or re-fitted);
 - `scratch <family>`: a LatencyModel trained on the n models alone (its usual search);
 - `source as is`: the source predictor unchanged (its kernel types that the new device lacks
   go to the flagged fallback), and `source x global factor`: its end-to-end predictions times
@@ -77,7 +78,7 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
 def summarize(per_draw: pd.DataFrame) -> pd.DataFrame:
     """Mean figures per (method, n_train) over the draws, with the MAPE's standard deviation."""
     cols = [c for c in ("mape", "acc10", "mpe", "kendall_tau", "chose_global", "chose_scale",
-                        "chose_residual") if c in per_draw]
+                        "chose_residual", "chose_scaled_overhead") if c in per_draw]
     g = per_draw.groupby(["method", "n_train"], sort=False)
     out = g[cols].mean().reset_index()
     out["mape_std"] = g["mape"].std(ddof=0).to_numpy()
@@ -99,6 +100,7 @@ def _methods(source, kernels, models, ids, test: EvalSet, target, families, seed
         if method == "auto":
             for m_ in ("global", "scale", "residual"):  # how often auto picks each
                 result.metrics[f"chose_{m_}"] = float(model.training["method"] == m_)
+            result.metrics["chose_scaled_overhead"] = float(model.training["overhead"] == "scaled")
         out.append(result)
     for family in families:
         model = LatencyModel.fit_tables(k, m, target, family, seed=seed)

@@ -16,14 +16,20 @@ on the new device, what differs (HELP and LitePred adapt from as few; nn-Meter r
   models (grouped by model, so no model is in its own test fold) is within 5% of the best.
 
 Kernel types the source never measured are trained from the new device's rows alone (the
-fallback Lasso on FLOPs and bytes when too few). The overhead is re-fitted on the new device's
-models (constant under 10 models, as in training). The result is an ordinary LatencyModel: its
-adapted types hold an `AdaptedRegressor` that saves and loads like any family.
+fallback Lasso on FLOPs and bytes when too few). The overhead (end to end minus the kernel sum)
+is either the source's, its milliseconds times the common factor (`scaled`), or re-fitted on
+the few models (`refit`, constant under 10 models, as in training); `auto` cross-validates both
+and keeps `scaled` unless `refit` is better by more than AUTO_TOLERANCE: an overhead learned
+from 10-30 small models did not carry to zoo models of 100+ kernels (t1 -> t2: 9.3% against
+the source's scaled, docs/fewshot.md), which folds of those same small models cannot show.
+The result is an ordinary LatencyModel: its adapted types hold an `AdaptedRegressor` that saves
+and loads like any family.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 from typing import Any, ClassVar, Sequence
@@ -36,10 +42,14 @@ from latpred.predictors.base import LatencyRegressor
 from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback, fit_type
 
 METHODS = ("auto", "global", "scale", "residual")
+OVERHEADS = ("auto", "scaled", "refit")
 # From the simplest to the most flexible: `auto` keeps the simplest method whose cross-validated
 # error is within AUTO_TOLERANCE (relative) of the best, as a few models cannot tell apart
 # methods closer than that, and the simpler one carried better to real models (docs/fewshot.md).
 SIMPLEST_FIRST = ("global", "scale", "residual")
+# The source's overhead scaled fits nothing on the few models; a re-fitted one fits one to three
+# coefficients on them.
+OVERHEAD_SIMPLEST_FIRST = ("scaled", "refit")
 AUTO_TOLERANCE = 0.05
 # Bytes per float element under each precision, and the features counted in bytes: the source
 # regressor sees a new device's kernels as it saw its own (an int8 convolution moves a quarter
@@ -111,7 +121,7 @@ def _unpack(entry: dict[str, Any]) -> LatencyRegressor:
 
 # -- adaptation ------------------------------------------------------------------------------------
 def adapt_dataset(source, dataset, target: str | None = None, method: str = "auto",
-                  seed: int = 0):
+                  seed: int = 0, overhead: str = "auto"):
     """`source` (a LatencyModel or its directory) adapted to the models measured in `dataset`
     (a Dataset or its directory) for `target`, by default the dataset's only target."""
     from pathlib import Path
@@ -131,41 +141,63 @@ def adapt_dataset(source, dataset, target: str | None = None, method: str = "aut
         target = targets[0]
     kernels, models = load_tables(ds, target)
     info = {"dataset": str(Path(ds.root).resolve())}
-    return adapt(source, kernels, models, target, method, seed, info)
+    return adapt(source, kernels, models, target, method, seed, info, overhead)
 
 
 def adapt(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
-          method: str = "auto", seed: int = 0, info: dict[str, Any] | None = None):
+          method: str = "auto", seed: int = 0, info: dict[str, Any] | None = None,
+          overhead: str = "auto"):
     """The LatencyModel `source` adapted to `target` from the few models' tables (kernel rows
-    and model rows as `predictors.training` builds them)."""
+    and model rows as `predictors.training` builds them); `overhead` one of OVERHEADS."""
     from latpred.predictors.model import LatencyModel
-    from latpred.predictors.overhead import fit_overhead
 
     if method not in METHODS:
         raise PredictorError(f"Unknown adaptation method {method!r}; choose one of "
                              f"{', '.join(METHODS)}.")
+    if overhead not in OVERHEADS:
+        raise PredictorError(f"Unknown overhead {overhead!r}; choose one of "
+                             f"{', '.join(OVERHEADS)}.")
     if kernels.empty or models.empty:
         raise PredictorError(f"No model of target {target} has its end-to-end and kernel "
                              "latencies measured; adaptation needs a few such models.")
-    chosen, cv = (_choose(source, kernels, models, target, seed) if method == "auto"
-                  else (method, {}))
-    types = adapt_types(source, kernels, target, chosen, seed)
-    overhead = fit_overhead(models["n_kernels"].to_numpy(), models["kernel_sum_ms"].to_numpy(),
-                            models["latency_ms"].to_numpy(), "auto", seed)
+    methods = SIMPLEST_FIRST if method == "auto" else (method,)
+    overheads = OVERHEAD_SIMPLEST_FIRST if overhead == "auto" else (overhead,)
+    (chosen, over), cv, over_cv = _choose(source, kernels, models, target, methods, overheads,
+                                          seed)
+    types, common = adapt_types(source, kernels, target, chosen, seed)
     ids = sorted(set(kernels["model_id"]) | set(models["model_id"]))
     training = {**(info or {}), "adapted_from": source.target, "source_family": source.family,
                 "source_training": dict(source.training), "method": chosen,
-                "method_cv_mape": cv, "n_models": len(ids),
+                "method_cv_mape": cv, "overhead": over, "overhead_cv_mape": over_cv,
+                "common_factor": common, "n_models": len(ids),
                 "n_kernel_rows": int(len(kernels)), "seed": seed, "train_models": ids}
     fallback = fit_fallback(kernels) or source.fallback
-    return LatencyModel(target, source.family, types, overhead, fallback, training,
-                        source.analytical_features)
+    return LatencyModel(target, source.family, types,
+                        _overhead(over, source.overhead, common, models, seed), fallback,
+                        training, source.analytical_features)
+
+
+def scaled_overhead(overhead, factor: float):
+    """The source's overhead with its milliseconds (intercept, per kernel) times `factor`; its
+    share of the kernel sum stays, as the sum is already the new device's."""
+    return dataclasses.replace(overhead, intercept=overhead.intercept * factor,
+                               per_kernel=overhead.per_kernel * factor)
+
+
+def _overhead(kind: str, source_overhead, factor: float, models: pd.DataFrame, seed: int):
+    from latpred.predictors.overhead import fit_overhead
+
+    if kind == "scaled":
+        return scaled_overhead(source_overhead, factor)
+    return fit_overhead(models["n_kernels"].to_numpy(), models["kernel_sum_ms"].to_numpy(),
+                        models["latency_ms"].to_numpy(), "auto", seed)
 
 
 def adapt_types(source, kernels: pd.DataFrame, target: str, method: str, seed: int
-                ) -> dict[str, TypeFit]:
+                ) -> tuple[dict[str, TypeFit], float]:
     """Per kernel type of `kernels`: the source's regressor rescaled (and residual-tuned), or a
-    regressor of the new device's rows where the source has none (or lacks its features)."""
+    regressor of the new device's rows where the source has none (or lacks its features); and
+    the common factor (of every kernel the source can predict)."""
     ratio = _bytes_ratio(source.target, target)
     base_pred = _source_predictions(source, kernels, ratio)
     y = kernels["latency_ms"].to_numpy(np.float64)
@@ -194,7 +226,7 @@ def adapt_types(source, kernels: pd.DataFrame, target: str, method: str, seed: i
             "common_factor": overall, "residual": residual is not None,
             "source_rows": src.metrics.get("n_rows"),
             "train_mape": float(np.mean(np.abs(pred - t) / t))})
-    return fits
+    return fits, overall
 
 
 def _bytes_ratio(source_target: str, target: str) -> float:
@@ -268,38 +300,52 @@ def _fresh_fit(ktype: str, rows: pd.DataFrame, seed: int) -> TypeFit:
         return TypeFit(ktype, fb.features, fb.regressor, fb.metrics)
 
 
-def _choose(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str, seed: int
-            ) -> tuple[str, dict[str, float]]:
-    """The simplest method whose end-to-end MAPE over grouped folds of the few models is within
-    AUTO_TOLERANCE of the best one's."""
+def _choose(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
+            methods: Sequence[str], overheads: Sequence[str], seed: int
+            ) -> tuple[tuple[str, str], dict[str, float], dict[str, float]]:
+    """(method, overhead) by end-to-end MAPE over grouped folds of the few models: the simplest
+    overhead whose best method is within AUTO_TOLERANCE of the best of all, then the simplest
+    method within AUTO_TOLERANCE of the best with that overhead; with the cross-validated
+    errors per method (with the chosen overhead) and per overhead (with its best method)."""
     from sklearn.model_selection import KFold
 
     ids = np.array(sorted(models["model_id"]))
-    if len(ids) < 4:
-        return "global", {}
-    errors: dict[str, list[float]] = {m: [] for m in SIMPLEST_FIRST}
+    if len(methods) == len(overheads) == 1 or len(ids) < 4:
+        return (methods[0], overheads[0]), {}, {}
+    errors: dict[tuple[str, str], list[float]] = {(m, o): [] for m in methods for o in overheads}
     for train, test in KFold(min(5, len(ids)), shuffle=True, random_state=seed).split(ids):
         tr, te = set(ids[train]), set(ids[test])
         k_tr, k_te = kernels[kernels["model_id"].isin(tr)], kernels[kernels["model_id"].isin(te)]
         m_tr, m_te = models[models["model_id"].isin(tr)], models[models["model_id"].isin(te)]
-        for method in errors:
-            model = adapt(source, k_tr, m_tr, target, method, seed)
-            errors[method].append(_e2e_mape(model, k_te, m_te))
-    cv = {m: float(np.mean(e)) for m, e in errors.items()}
+        fallback = fit_fallback(k_tr) or source.fallback
+        for method in methods:
+            types, common = adapt_types(source, k_tr, target, method, seed)
+            for over in overheads:
+                oh = _overhead(over, source.overhead, common, m_tr, seed)
+                errors[method, over].append(_e2e_mape(types, oh, fallback, k_te, m_te))
+    cv = {key: float(np.mean(e)) for key, e in errors.items()}
     best = min(cv.values())
-    return next(m for m in SIMPLEST_FIRST if cv[m] <= best * (1 + AUTO_TOLERANCE)), cv
+    over_cv = {o: min(cv[m, o] for m in methods) for o in overheads}
+    over = next(o for o in overheads if over_cv[o] <= best * (1 + AUTO_TOLERANCE))
+    per_method = {m: cv[m, over] for m in methods}
+    best_m = min(per_method.values())
+    method = next(m for m in methods if per_method[m] <= best_m * (1 + AUTO_TOLERANCE))
+    return (method, over), (per_method if len(methods) > 1 else {}), \
+        (over_cv if len(overheads) > 1 else {})
 
 
-def _e2e_mape(model, kernels: pd.DataFrame, models: pd.DataFrame) -> float:
-    """End-to-end MAPE of `model` on measured kernel rows (their features, not re-deduced)."""
+def _e2e_mape(types: dict[str, TypeFit], overhead, fallback: TypeFit, kernels: pd.DataFrame,
+              models: pd.DataFrame) -> float:
+    """End-to-end MAPE of adapted `types` plus `overhead` on measured kernel rows (their
+    features, not re-deduced); a type the training folds lacked goes to `fallback`."""
     per_kernel = np.zeros(len(kernels))
     for ktype, idx in kernels.groupby("kernel_type").indices.items():
-        fit = model.types.get(ktype) or model.fallback
+        fit = types.get(ktype) or fallback
         X = kernels.iloc[idx][[FEATURE_PREFIX + f for f in fit.features]].to_numpy(np.float64)
         per_kernel[idx] = fit.regressor.predict(X)
     sums = pd.Series(per_kernel, index=kernels.index).groupby(kernels["model_id"]).sum()
     m = models.set_index("model_id")
     s = sums.reindex(m.index).to_numpy()
-    pred = s + model.overhead.predict(m["n_kernels"].to_numpy(), s)
+    pred = s + overhead.predict(m["n_kernels"].to_numpy(), s)
     y = m["latency_ms"].to_numpy()
     return float(np.mean(np.abs(pred - y) / y))

@@ -11,14 +11,16 @@ import numpy as np
 import pytest
 
 from latpred.builder import GraphBuilder
+from latpred.deduce import deduce
 from latpred.deduce.kernel import KERNEL_TYPES, Kernel
 from latpred.errors import UnsupportedOpError
 from latpred.features import FEATURES, feature_matrix, kernel_features, op_features
 from latpred.graph import Graph, Op, Tensor
+from latpred.target import parse_target
 
 GENERIC = {"input_h", "input_w", "input_c", "output_h", "output_w", "output_c", "input_size",
            "output_size", "n_inputs", "n_outputs", "flops", "bytes_read", "bytes_written",
-           "param_bytes"}
+           "param_bytes", "op_code"}
 
 
 def _one(fn, shape=(1, 8, 8, 4)):
@@ -41,7 +43,7 @@ def test_conv2d():
         "input_size": 256, "output_size": 512, "n_inputs": 1, "n_outputs": 1,
         "stride_h": 1, "stride_w": 1, "kernel_h": 3, "kernel_w": 3, "dilation_h": 1,
         "dilation_w": 1, "filters": 8, "kernel_size": 288, "groups": 1,
-        "flops": 2 * 512 * 36 + 512,
+        "flops": 2 * 512 * 36 + 512, "op_code": 3,  # BuiltinOperator_CONV_2D in schema.fbs
         "param_bytes": (288 + 8) * 4, "bytes_read": 256 * 4 + (288 + 8) * 4,
         "bytes_written": 512 * 4,
     }
@@ -150,6 +152,23 @@ def test_batch_matmul_and_unknown_ops():
     # rank 3 (N, S, C) is seen as H=1, W=S.
     assert _sub(f, {"input_h": 0, "input_w": 0, "input_c": 0, "bytes_written": 0}) == {
         "input_h": 1, "input_w": 3, "input_c": 5, "bytes_written": 30}
+    assert f["op_code"] == -1   # no TFLite builtin code for a custom op
+
+
+def test_activations_of_one_shape_differ_only_by_op_code():
+    """A LOGISTIC costs ~4x a RELU per element on the host CPU; only op_code tells them apart."""
+    rows = {}
+    for name in ("relu", "sigmoid", "gelu"):
+        b = GraphBuilder(fuse_activations=False)
+        getattr(b, name)(b.input((1, 8, 8, 4)))
+        g = b.build()
+        k = deduce(g, "host/cpu/fp32/t1")[-1]
+        rows[name] = kernel_features(g, k, parse_target("host/cpu/fp32/t1"))
+        assert k.type == "activation" and "op_code" in FEATURES[k.type]
+    # BuiltinOperator codes of TFLite's schema.fbs: RELU 19, LOGISTIC 14, GELU 150.
+    assert [rows[n]["op_code"] for n in ("relu", "sigmoid", "gelu")] == [19, 14, 150]
+    same = {k: v for k, v in rows["relu"].items() if k != "op_code"}
+    assert all({k: v for k, v in r.items() if k != "op_code"} == same for r in rows.values())
 
 
 def test_precision_scales_float_bytes():

@@ -65,6 +65,8 @@ _WINOGRAD = ("input_h", "input_w", "input_c", "output_h", "output_w", "filters",
 _GENERIC = ("input_h", "input_w", "input_c", "output_h", "output_w", "output_c", "input_size",
             "output_size", "n_inputs", "n_outputs", "flops")
 _ACTIVATION = ("input_h", "input_w", "input_c", "input_size", "flops")
+# Types that gather different ops also see which op a kernel runs (op_features' `op_code`).
+_OP = ("op_code",)
 
 # Column order per kernel type: what a regressor for that type is trained on.
 FEATURES: Mapping[str, tuple[str, ...]] = {
@@ -78,26 +80,26 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
            "flops") + _TAIL,
     "batch_matmul": ("batch", "m", "k", "n", "input_size", "output_size", "flops") + _TAIL,
     "pool": ("input_h", "input_w", "input_c", "output_h", "output_w", "stride_h", "stride_w",
-             "kernel_h", "kernel_w", "input_size", "output_size", "flops") + _TAIL,
+             "kernel_h", "kernel_w", "input_size", "output_size", "flops") + _TAIL + _OP,
     "mean": ("input_h", "input_w", "input_c", "kernel_h", "kernel_w", "reduction_size",
-             "input_size", "output_size", "flops") + _TAIL,
+             "input_size", "output_size", "flops") + _TAIL + _OP,
     "concat": ("input_h", "input_w", "input_c", "output_c", "n_inputs", "input_size",
-               "output_size") + _TAIL,
+               "output_size") + _TAIL + _OP,
     "split": ("input_h", "input_w", "input_c", "output_c", "n_outputs", "input_size",
-              "output_size") + _TAIL,
+              "output_size") + _TAIL + _OP,
     "pad": ("input_h", "input_w", "input_c", "output_h", "output_w", "output_c", "pad_h",
-            "pad_w", "pad_c", "padding_size", "output_size") + _TAIL,
+            "pad_w", "pad_c", "padding_size", "output_size") + _TAIL + _OP,
     "elementwise": ("input_h", "input_w", "input_c", "input_size", "output_size", "n_inputs",
-                    "broadcast", "flops") + _TAIL,
-    "activation": _ACTIVATION + _TAIL,
-    "softmax": _ACTIVATION + _TAIL,
-    "reshape": _GENERIC + _TAIL,
-    "transpose": _GENERIC + _TAIL,
-    "strided_slice": _GENERIC + _TAIL,
-    "quantize": _GENERIC + _TAIL,
-    "shape": _GENERIC + _TAIL,
-    "gather": _GENERIC + _TAIL,
-    "other": _GENERIC + _TAIL,
+                    "broadcast", "flops") + _TAIL + _OP,
+    "activation": _ACTIVATION + _TAIL + _OP,
+    "softmax": _ACTIVATION + _TAIL + _OP,
+    "reshape": _GENERIC + _TAIL + _OP,
+    "transpose": _GENERIC + _TAIL + _OP,
+    "strided_slice": _GENERIC + _TAIL + _OP,
+    "quantize": _GENERIC + _TAIL + _OP,
+    "shape": _GENERIC + _TAIL + _OP,
+    "gather": _GENERIC + _TAIL + _OP,
+    "other": _GENERIC + _TAIL + _OP,
 }
 # A TFLite builtin kernel of a quantized op has its base type's columns (`builtin_pool`: pool's).
 FEATURES = {**FEATURES, **{t: FEATURES[base_type(t)] for t in KERNEL_TYPES if t not in FEATURES}}

@@ -16,6 +16,10 @@ Generic, for every op
 - `bytes_read` = bytes of the non-constant inputs + `param_bytes`; `bytes_written` = bytes of
   all outputs. `precision` ("fp16"/"int8") counts float tensors at that element size.
 - `flops`: 0 for pure data movement (reshape, transpose, concat, split, pad, slices, ...).
+- `op_code`: the op's TFLite builtin operator code (-1 for an op TFLite has no code for).
+  Kernel types that gather different ops (`activation`: RELU at ~0.09 ns per element on the
+  host CPU, LOGISTIC 0.38, GELU 0.44; `elementwise`, `pool`, ...) need it: every other column
+  of a LOGISTIC and a RELU of one shape is the same.
 
 FLOPs follow nn-Meter's convention: one multiply-add is 2 FLOPs, a bias add is 1 FLOP per
 output element (nn-Meter's FC: (2*I + 1) * O). Fused activations are not counted.
@@ -50,6 +54,7 @@ from typing import Callable
 
 from latpred.graph import Graph, Op, Tensor
 from latpred.shapes import BINARY, REDUCE, UNARY
+from latpred.tflite.options import OPERATOR_CODES
 
 Features = dict[str, float]
 _ONES = (1, 1)
@@ -116,7 +121,8 @@ def op_features(graph: Graph, op_index: int, precision: str | None = None) -> Fe
     f = {"input_h": ih, "input_w": iw, "input_c": ic, "output_h": oh, "output_w": ow,
          "output_c": oc, "input_size": in_elems, "output_size": out_elems, "n_inputs": n_in,
          "n_outputs": len(op.outputs), "flops": 0, "bytes_read": in_bytes + params,
-         "bytes_written": out_bytes, "param_bytes": params}
+         "bytes_written": out_bytes, "param_bytes": params,
+         "op_code": OPERATOR_CODES.get(op.type, -1)}
     extra = _CATEGORY.get(op.type)
     if extra is not None:
         extra(tensors, op, f, main)

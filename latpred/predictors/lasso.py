@@ -26,7 +26,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso
 
 from latpred.predictors.base import LatencyRegressor, percentage_scale, standardize_fit
-from latpred.predictors.lasso_terms import design_matrix
+from latpred.predictors.lasso_terms import design_matrix, op_codes_of
 from latpred.predictors.objective import percentage_weights
 
 
@@ -47,7 +47,8 @@ class PositiveLasso(LatencyRegressor):
         X, y = self._check_fit(X, y)
         names = feature_names if feature_names is not None else self.feature_names_
         self.names_ = None if names is None else [str(n) for n in names]
-        X = design_matrix(X, self.names_, self.design)
+        self.op_codes_ = op_codes_of(X, self.names_) if self.design == "physics" else ()
+        X = design_matrix(X, self.names_, self.design, self.op_codes_)
         self.mean_, self.scale_ = standardize_fit(X)
         s = percentage_scale(y)
         lasso = Lasso(alpha=self.alpha, positive=True, max_iter=self.max_iter, tol=self.tol)
@@ -61,14 +62,15 @@ class PositiveLasso(LatencyRegressor):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        X = design_matrix(self._check_predict(X), self.names_, self.design)
+        X = design_matrix(self._check_predict(X), self.names_, self.design, self.op_codes_)
         # A linear model can undershoot zero for the smallest kernels; a latency cannot.
         return np.maximum(((X - self.mean_) / self.scale_) @ self.coef_ + self.intercept_, 0.0)
 
     def export(self) -> tuple[bytes, dict[str, Any]]:
         weights = {"mean": self.mean_.tolist(), "scale": self.scale_.tolist(),
                    "coef": self.coef_.tolist(), "intercept": self.intercept_,
-                   "design": self.design, "names": self.names_}
+                   "design": self.design, "names": self.names_,
+                   "op_codes": list(self.op_codes_)}
         return json.dumps(weights).encode(), self.hyperparameters()
 
     @classmethod
@@ -78,6 +80,7 @@ class PositiveLasso(LatencyRegressor):
         # Weights written before designs existed are the raw design.
         est = cls(**{**params, "design": w.get("design", "raw")})
         est.names_ = w.get("names")
+        est.op_codes_ = tuple(w.get("op_codes", ()))  # weights from before per-op terms: none
         est.mean_ = np.asarray(w["mean"], dtype=np.float64)
         est.scale_ = np.asarray(w["scale"], dtype=np.float64)
         est.coef_ = np.asarray(w["coef"], dtype=np.float64)
@@ -86,7 +89,8 @@ class PositiveLasso(LatencyRegressor):
         if not (len(est.mean_) == len(est.scale_) == n):
             raise ValueError("lasso weights have inconsistent lengths")
         est.n_features_in_ = len(est.names_) if est.names_ is not None else n
-        width = design_matrix(np.zeros((1, est.n_features_in_)), est.names_, est.design).shape[1]
+        width = design_matrix(np.zeros((1, est.n_features_in_)), est.names_, est.design,
+                              est.op_codes_).shape[1]
         if width != n:
             raise ValueError("lasso weights do not match their design")
         return est

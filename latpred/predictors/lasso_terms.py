@@ -19,10 +19,15 @@ to end; with these terms, 14% and 11%. The `physics` design keeps the raw column
 - `flops@ws><b>`, `bytes@ws><b>`: FLOPs and bytes moved of kernels whose bytes read + written
   exceed b (64 KiB, 256 KiB, 1 MiB, 4 MiB: cache-sized knots), zero below: a cost per FLOP
   and per byte that steps up as the working set spills out of each cache level.
+- `@<OP>`, `bytes@<OP>` (kernel types with an `op_code` column, which gather different ops):
+  1 and the bytes moved when the kernel runs that op, zero otherwise, for each op the training
+  rows run (`op_codes_of`; the fitted model stores the list), so each op gets its own call
+  cost and cost per byte (a LOGISTIC costs ~4x a RELU per element on the host CPU). The code
+  itself is an identity, not a cost: it is left out.
 
 Every term is a non-negative cost, so the family's non-negative weights keep their meaning.
-The design is a pure function of the column names, which the fitted model stores; `raw` (the
-paper's design) is the columns as they are.
+The design is a pure function of the column names and the training ops, which the fitted model
+stores; `raw` (the paper's design) is the columns as they are.
 """
 
 from __future__ import annotations
@@ -74,7 +79,27 @@ def _working_set(col: Column) -> dict[str, np.ndarray]:
     return out
 
 
-def _physics_terms(X: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]:
+def op_codes_of(X: np.ndarray, names: Sequence[str] | None) -> tuple[int, ...]:
+    """The op codes of a kernel type's rows: the keys of its per-op terms."""
+    if names is None or "op_code" not in names:
+        return ()
+    return tuple(int(c) for c in np.unique(X[:, list(names).index("op_code")]))
+
+
+def _per_op(col: Column, op_codes: Sequence[int]) -> dict[str, np.ndarray]:
+    from latpred.tflite.options import OPERATOR_NAMES
+
+    code, moved = col("op_code"), col("bytes_read") + col("bytes_written")
+    out = {}
+    for c in op_codes:
+        runs = (code == c).astype(np.float64)
+        name = OPERATOR_NAMES.get(c, str(c))
+        out[f"@{name}"], out[f"bytes@{name}"] = runs, moved * runs
+    return out
+
+
+def _physics_terms(X: np.ndarray, names: Sequence[str], op_codes: Sequence[int]
+                   ) -> dict[str, np.ndarray]:
     index = {n: i for i, n in enumerate(names)}
 
     def col(name: str) -> np.ndarray:
@@ -91,18 +116,23 @@ def _physics_terms(X: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]
             terms.update(_simd_padding(col, names))
     if {"flops", "bytes_read", "bytes_written"} <= have:
         terms.update(_working_set(col))
+    if op_codes and {"op_code", "bytes_read", "bytes_written"} <= have:
+        terms.update(_per_op(col, op_codes))
     return terms
 
 
-def design_matrix(X: np.ndarray, names: Sequence[str] | None, design: str) -> np.ndarray:
-    """X (columns named `names`) expanded into the design's columns.
+def design_matrix(X: np.ndarray, names: Sequence[str] | None, design: str,
+                  op_codes: Sequence[int] = ()) -> np.ndarray:
+    """X (columns named `names`) expanded into the design's columns (per-op terms for
+    `op_codes`).
 
     Without names (a bare matrix) only the raw design is possible, and that is what is used.
     """
-    return np.column_stack(list(_build(X, names, design).values()))
+    return np.column_stack(list(_build(X, names, design, op_codes).values()))
 
 
-def _build(X: np.ndarray, names: Sequence[str] | None, design: str) -> dict[str, np.ndarray]:
+def _build(X: np.ndarray, names: Sequence[str] | None, design: str,
+           op_codes: Sequence[int] = ()) -> dict[str, np.ndarray]:
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {', '.join(DESIGNS)}, not {design!r}")
     if names is not None and len(names) != X.shape[1]:
@@ -111,4 +141,5 @@ def _build(X: np.ndarray, names: Sequence[str] | None, design: str) -> dict[str,
     raw = {n: X[:, i] for i, n in enumerate(labels)}
     if design == "raw" or names is None:
         return raw
-    return {**raw, **_physics_terms(X, names)}
+    raw.pop("op_code", None)
+    return {**raw, **_physics_terms(X, names, op_codes)}

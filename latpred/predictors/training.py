@@ -57,11 +57,25 @@ def load_tables(dataset: Any, target: str, model_ids: Iterable[str] | None = Non
 
 def kernel_rows(kernels: pd.DataFrame) -> pd.DataFrame:
     """Measured kernels usable for training: status ok and a positive, finite latency."""
+    kernels = with_op_code(kernels)
     ok = (kernels["status"] == "ok") & np.isfinite(kernels["latency_ms"]) & \
         (kernels["latency_ms"] > 0)
     cols = ["model_id", "kernel_type", "latency_ms"] + \
         [c for c in kernels.columns if c.startswith(FEATURE_PREFIX)]
     return kernels.loc[ok, cols].reset_index(drop=True)
+
+
+def with_op_code(kernels: pd.DataFrame) -> pd.DataFrame:
+    """`f_op_code` filled in from the `ops` column where a dataset measured before the feature
+    existed lacks it: the kernel's main op is the first of its ops, as in `kernel_features`."""
+    col = FEATURE_PREFIX + "op_code"
+    if "ops" not in kernels or (col in kernels and kernels[col].notna().all()):
+        return kernels
+    from latpred.tflite.options import OPERATOR_CODES
+
+    main = kernels["ops"].astype(str).str.split("+", n=1).str[0]
+    code = main.map(lambda name: OPERATOR_CODES.get(name, -1)).astype(np.float64)
+    return kernels.assign(**{col: kernels[col].fillna(code) if col in kernels else code})
 
 
 def model_rows(models: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:

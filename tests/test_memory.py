@@ -166,6 +166,21 @@ def test_unsupported_target_is_a_user_error():
         predict_memory(_residual(), TARGET, kernels="metal")
 
 
+@pytest.mark.parametrize("kernels", ["xnnpack", "builtin"])
+def test_memory_totals_are_the_predictions(kernels):
+    # the NAS path (no per-op rows, operator buffers cached by signature) gives the totals
+    # of predict_memory, on sampled candidates (several partitions, pools declined) and files
+    from latpred.memory import memory_totals
+    from latpred.sampler import build_graph, sample
+    from latpred.tflite import read_tflite
+
+    graphs = [build_graph(a) for a in sample(ROOT / "search_space" / "synthetic_cnn.yaml", 40, 5)]
+    graphs += [read_tflite(p) for p in FIXTURES]
+    expected = [predict_memory(g, TARGET, kernels).total for g in graphs]
+    assert memory_totals(graphs, TARGET, kernels).tolist() == expected
+    assert memory_totals(graphs, TARGET, kernels).tolist() == expected   # cached signatures
+
+
 litert = pytest.importorskip("ai_edge_litert")
 
 

@@ -25,7 +25,7 @@ for tflite/arena_planner.cc and tflite/simple_memory_arena.cc):
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from typing import NamedTuple
 
 TENSOR_ALIGNMENT = 64          # tflite/util.h kDefaultTensorAlignment
 NEVER = 2 ** 31 - 1            # arena_planner.cc kNodeNotAssigned (std::numeric_limits<int32>::max)
@@ -35,9 +35,9 @@ def align_up(value: int, alignment: int) -> int:
     return -(-value // alignment) * alignment
 
 
-@dataclass(frozen=True)
-class Alloc:
-    """One tensor placed in an arena: bytes [offset, offset + size), live over nodes [first, last]."""
+class Alloc(NamedTuple):
+    """One tensor placed in an arena: bytes [offset, offset + size), live over nodes [first, last].
+    (A NamedTuple: a NAS loop plans thousands of them a second.)"""
 
     tensor: int
     offset: int

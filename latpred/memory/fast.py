@@ -23,17 +23,19 @@ from latpred.memory.litert_plan import plan
 def memory_total(graph: Graph, kernels: str = "xnnpack") -> int:
     """`predict_memory(graph, host target, kernels).total` without building the per-op rows."""
     if kernels == "builtin":
-        ap = plan(builtin_input(graph), stats=False)
+        p = builtin_input(graph)
+        ap = plan(p, stats=False)
         extra = overhead(len(graph.tensors)) + transient(ap.marks, 0)
     else:
         layout = xnnpack.delegated_input(graph)
-        ap = plan(layout.plan_input, stats=False)
+        p = layout.plan_input
+        ap = plan(p, stats=False)
         workspace, _, regrowth = xnnpack.workspace_plan(graph, layout, False)
         extra = workspace + overhead(len(graph.tensors)) + transient(ap.marks, regrowth)
+        ops = graph.ops
         for i in layout.delegated_ops:
-            op = graph.ops[i]
-            extra += xnn_ops.packed_weights(graph, op) + xnn_ops.indirection_bytes(graph, op)
-    return estimate_model_bytes(graph) + ap.arena_bytes + ap.persistent_bytes + extra
+            extra += sum(xnn_ops.operator_buffers(graph, ops[i]))
+    return estimate_model_bytes(graph, p.sizes) + ap.arena_bytes + ap.persistent_bytes + extra
 
 
 def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",

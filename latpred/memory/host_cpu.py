@@ -55,9 +55,13 @@ def transient(arena_marks: tuple[int, ...], workspace_regrowth: int) -> int:
 _FB_PER_TENSOR, _FB_PER_OP, _FB_FIXED = 100, 60, 1024
 
 
-def estimate_model_bytes(graph: Graph) -> int:
-    consts = [t for t in graph.tensors if t.is_constant]
-    return (sum(align_up(t.nbytes, 16) + 16 for t in consts) + _FB_PER_TENSOR *
+def estimate_model_bytes(graph: Graph, sizes: dict[int, int] | None = None) -> int:
+    """The .tflite file's size estimated from the graph (`sizes`: tensor bytes by index, when
+    already computed)."""
+    if sizes is None:
+        sizes = {i: t.nbytes for i, t in enumerate(graph.tensors)}
+    consts = [sizes[i] for i, t in enumerate(graph.tensors) if t.is_constant]
+    return (sum(align_up(n, 16) for n in consts) + 16 * len(consts) + _FB_PER_TENSOR *
             len(graph.tensors) + _FB_PER_OP * len(graph.ops) + _FB_FIXED)
 
 
@@ -88,8 +92,7 @@ def predict_host_cpu(graph: Graph, target: str, kernels: str = "xnnpack",
     rows, packed_total, ind_total = [], 0, 0
     for i, op in enumerate(graph.ops):
         on_xnn = i in delegated
-        packed = xnn_ops.packed_weights(graph, op) if on_xnn else 0
-        ind = xnn_ops.indirection_bytes(graph, op) if on_xnn else 0
+        packed, ind = xnn_ops.operator_buffers(graph, op) if on_xnn else (0, 0)
         packed_total += packed
         ind_total += ind
         k = node_of[i]

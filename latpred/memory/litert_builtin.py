@@ -21,6 +21,8 @@ temporaries. LiteRT tag v2.2.0 (= f67457790), tflite/kernels/:
 
 from __future__ import annotations
 
+from math import prod
+
 from latpred.graph import Graph, Op
 from latpred.memory.litert_plan import (ARENA, DYNAMIC, INPLACE, MMAP, PERSISTENT_RO,
                                         PlanInput, PlanNode)
@@ -33,6 +35,15 @@ _ACCUM = {"float32": ("float32", 4), "int8": ("int32", 4), "uint8": ("int32", 4)
           "bool": ("bool", 1)}
 
 
+def tensor_bytes(graph: Graph) -> dict[int, int]:
+    """Each tensor's byte size by index (`Tensor.nbytes`, computed in one pass)."""
+    return {i: prod(t.shape) * t.itemsize for i, t in enumerate(graph.tensors)}
+
+
+# Ops whose Prepare may change an output's allocation type or end a prepared chunk.
+_KIND_SETTERS = _PREPARE_FOLDS | {"SHAPE", "REDUCE_PROD"}
+
+
 def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
     """Each tensor's allocation type after Prepare, and the ops that end a prepared chunk."""
     kinds = {i: (MMAP if t.is_constant else ARENA) for i, t in enumerate(graph.tensors)}
@@ -42,6 +53,8 @@ def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
         return t < 0 or kinds[t] in (MMAP, PERSISTENT_RO)
 
     for i, op in enumerate(graph.ops):
+        if op.type not in _KIND_SETTERS:
+            continue
         ins = [t for t in op.inputs if t >= 0]
         out = op.outputs[0] if op.outputs else -1
         if op.type == "SHAPE":
@@ -130,7 +143,7 @@ def add_temporaries(graph: Graph, i: int, next_id: int, sizes: dict[int, int],
 def builtin_input(graph: Graph) -> PlanInput:
     """The planner's input when every op runs on TFLite's built-in kernels (no delegate)."""
     kinds, stops = tensor_kinds(graph)
-    sizes = {i: t.nbytes for i, t in enumerate(graph.tensors)}
+    sizes = tensor_bytes(graph)
     names: dict[int, str] = {}
     nodes = []
     next_id = len(graph.tensors)

@@ -145,32 +145,34 @@ def _in_place(p: PlanInput, refs: list[int] | dict[int, int]) -> dict[int, int]:
 def plan(p: PlanInput, stats: bool = True) -> ArenaPlan:
     """`PlanAllocations`, then `ExecuteAllocations` chunk by chunk (`stats`: also the per-node
     extent and live bytes, which a NAS loop that wants the total can skip)."""
-    refs: dict[int, int] = {t: 0 for t in p.sizes}
+    # reference counts, only of tensors that have any (a missing one counts 0)
+    base: dict[int, int] = {}
     alloc_node: dict[int, int] = {}
     dealloc_node: dict[int, int] = {}
     for t in p.outputs:
-        refs[t] += 1
+        base[t] = base.get(t, 0) + 1
     for t in p.inputs:
-        refs[t] += 1
+        base[t] = base.get(t, 0) + 1
         alloc_node.setdefault(t, 0)
-    base = dict(refs)
+    refs = dict(base)
     for node in p.nodes:
         for t in node.inputs:
             if t >= 0:
-                refs[t] += 1
+                refs[t] = refs.get(t, 0) + 1
     shared = _in_place(p, refs)
     counts = base
     for node in p.nodes:
         for t in node.inputs:
             if t >= 0:
-                counts[_find(shared, t)] += 1
+                root = shared.get(t, t)
+                counts[root] = counts.get(root, 0) + 1
     for i, node in enumerate(p.nodes):
         for t in node.outputs:
             alloc_node.setdefault(t, i)
         for t in node.inputs:
             if t < 0:
                 continue
-            root = _find(shared, t)
+            root = shared.get(t, t)
             counts[root] -= 1
             if counts[root] == 0 and root in alloc_node:
                 dealloc_node[root] = i

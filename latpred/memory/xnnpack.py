@@ -25,8 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from latpred.graph import Graph, Op
-from latpred.memory.arena import align_up
-from latpred.memory.litert_builtin import add_temporaries, plan_kinds, tensor_kinds
+from latpred.memory.litert_builtin import add_temporaries, plan_kinds, tensor_bytes, tensor_kinds
 from latpred.memory.litert_plan import INPLACE, MMAP, PlanInput, PlanNode
 
 EXTRA_BYTES, ALIGNMENT = 16, 64
@@ -35,35 +34,44 @@ _ELEMENTWISE = frozenset({
     "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "GELU",
     "ABS", "NEG", "SQRT", "SQUARE", "RSQRT", "EXP", "LOG", "FLOOR", "CEIL", "ROUND", "SIN",
     "COS"})
-_ALWAYS = _ELEMENTWISE | {"AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION", "SPLIT",
-                          "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "RESIZE_BILINEAR",
-                          "BATCH_MATMUL", "QUANTIZE", "DEQUANTIZE"}
+# Taken whatever their attributes (SPLIT: when its axis is static); poolings and SOFTMAX are
+# checked in `supported`.
+_ALWAYS = _ELEMENTWISE | {"CONCATENATION", "SPLIT", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
+                          "RESIZE_BILINEAR", "BATCH_MATMUL", "QUANTIZE", "DEQUANTIZE"}
+_DATA_DTYPES = frozenset({"float32", "int8", "uint8"})
 # Ops with operands that must be static (kTfLiteMmapRo): input positions.
 _STATIC = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1, 2),
            "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "REDUCE_MIN": (1,), "PAD": (1,),
            "PADV2": (1, 2), "RESHAPE": (1,), "TRANSPOSE": (1,), "STRIDED_SLICE": (1, 2, 3),
            "SLICE": (1, 2), "EXPAND_DIMS": (1,), "TRANSPOSE_CONV": (0, 1)}
 _IN_PLACE = _ELEMENTWISE | {"SOFTMAX", "RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
+_POOLS = frozenset({"AVERAGE_POOL_2D", "MAX_POOL_2D"})
+_ELIDABLE = _POOLS | {"PAD", "PADV2"}           # what `_elided` may remove
 
 
 def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
     """Whether the delegate takes `op` (float32 graphs; an approximation of its Visit* checks:
     operand types, static operands; SOFTMAX needs beta 1; SPLIT_V, SHAPE, PACK, GATHER stay)."""
     data = op.inputs[1:2] if op.type == "SPLIT" else op.inputs[:1]   # SPLIT: axis first
-    if any(t >= 0 and graph.tensors[t].dtype not in ("float32", "int8", "uint8") for t in data):
-        return False      # XNNPACK takes fp32 and 8-bit quantized tensors, not int32 shapes
-    if op.type == "SPLIT" and kinds[op.inputs[0]] != MMAP:
-        return False
+    for t in data:
+        if t >= 0 and graph.tensors[t].dtype not in _DATA_DTYPES:
+            return False  # XNNPACK takes fp32 and 8-bit quantized tensors, not int32 shapes
+    if op.type in _ALWAYS:
+        return op.type != "SPLIT" or kinds[op.inputs[0]] == MMAP
     if op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
         # CheckPoolingParams: a stride larger than the filter is declined
         stride, size = op.attr("stride", (1, 1)), op.attr("filter", (1, 1))
         return stride[0] <= size[0] and stride[1] <= size[1]
     if op.type == "SOFTMAX":
         return abs(float(op.attr("beta", 1.0)) - 1.0) < 1e-9
-    if op.type in _STATIC:
-        return all(k >= len(op.inputs) or op.inputs[k] < 0 or kinds[op.inputs[k]] == MMAP
-                   for k in _STATIC[op.type])
-    return op.type in _ALWAYS
+    static = _STATIC.get(op.type)
+    if static is None:
+        return False
+    ins = op.inputs
+    for k in static:
+        if k < len(ins) and ins[k] >= 0 and kinds[ins[k]] != MMAP:
+            return False
+    return True
 
 
 def partitions(graph: Graph, kinds: dict[int, str]) -> list[tuple[bool, list[int]]]:
@@ -74,13 +82,16 @@ def partitions(graph: Graph, kinds: dict[int, str]) -> list[tuple[bool, list[int
     import heapq
 
     sup = [supported(graph, op, kinds) for op in graph.ops]
+    if all(sup) or not any(sup):
+        # one kind only: the first subset drains the whole graph
+        return [(sup[0], list(range(len(sup))))] if sup else []
     producers = graph.producers
-    waiting = [len({producers[t] for t in op.inputs if t >= 0 and t in producers})
-               for op in graph.ops]
-    readers: dict[int, list[int]] = {}
-    for j, op in enumerate(graph.ops):
-        for i in {producers[t] for t in op.inputs if t >= 0 and t in producers}:
-            readers.setdefault(i, []).append(j)
+    deps = [{producers[t] for t in op.inputs if t in producers} for op in graph.ops]
+    waiting = [len(d) for d in deps]
+    readers: list[list[int]] = [[] for _ in deps]
+    for j, d in enumerate(deps):
+        for i in d:
+            readers[i].append(j)
     ready: dict[bool, list[int]] = {True: [], False: []}
     for i, n in enumerate(waiting):
         if n == 0:
@@ -92,7 +103,7 @@ def partitions(graph: Graph, kinds: dict[int, str]) -> list[tuple[bool, list[int
         while heap:
             i = heapq.heappop(heap)
             subset.append(i)
-            for j in readers.get(i, ()):
+            for j in readers[i]:
                 waiting[j] -= 1
                 if waiting[j] == 0:
                     heapq.heappush(ready[sup[j]], j)
@@ -120,14 +131,16 @@ def delegated_input(graph: Graph) -> XnnpackLayout:
     a prepared chunk as without a delegate.
     """
     kinds, stops = tensor_kinds(graph)
-    sizes = {i: t.nbytes for i, t in enumerate(graph.tensors)}
+    sizes = tensor_bytes(graph)
     names: dict[int, str] = {}
     nodes: list[PlanNode] = []
     internal: list[tuple[int, ...]] = []
     delegated: set[int] = set()
     outputs = set(graph.outputs)
+    subsets = partitions(graph, kinds)
+    crossing = _read_across(graph, subsets)
     next_id = len(graph.tensors)
-    for is_xnn, ops in partitions(graph, kinds):
+    for is_xnn, ops in subsets:
         if not is_xnn:
             for i in ops:
                 op = graph.ops[i]
@@ -136,24 +149,37 @@ def delegated_input(graph: Graph) -> XnnpackLayout:
                                       INPLACE.get(op.type, 0), i in stops))
             continue
         delegated.update(ops)
-        inside = set(ops)
         produced = [t for i in ops for t in graph.ops[i].outputs]
         # Uniquefy: a NodeSubset's input and output lists are sorted (tflite/graph_info.cc:150)
         made = set(produced)
-        outs = tuple(sorted({t for t in produced if t in outputs or
-                             any(j not in inside for j in graph.consumers_of(t))}))
+        outs = tuple(sorted({t for t in produced if t in outputs or t in crossing}))
         ins = tuple(sorted({t for i in ops for t in graph.ops[i].inputs
                             if t >= 0 and t not in made}))
-        internal.append(tuple(t for t in produced if t not in outs))
+        leaving = set(outs)
+        internal.append(tuple(t for t in produced if t not in leaving))
         nodes.append(PlanNode(ins, outs, tuple(ops), "XNNPACK"))
     pk = plan_kinds(kinds, nodes, stops)
     return XnnpackLayout(PlanInput(tuple(nodes), sizes, kinds, pk, graph.inputs, graph.outputs,
                                    names), frozenset(delegated), tuple(internal))
 
 
+def _read_across(graph: Graph, subsets: list[tuple[bool, list[int]]]) -> set[int]:
+    """Tensors read by an op of another subset than the one that produces them."""
+    if len(subsets) < 2:
+        return set()
+    subset_of = {}
+    for k, (_, ops) in enumerate(subsets):
+        for i in ops:
+            subset_of[i] = k
+    producers = graph.producers
+    return {t for j, op in enumerate(graph.ops) for t in op.inputs
+            if t in producers and subset_of[producers[t]] != subset_of[j]}
+
+
 def rounded(nbytes: int) -> int:
-    """`xnn_get_rounded_size`."""
-    return align_up(align_up(nbytes, EXTRA_BYTES), ALIGNMENT)
+    """`xnn_get_rounded_size`: round_up(round_up(bytes, 16), 64), which is round_up(bytes, 64)
+    since 64 is a multiple of 16."""
+    return -(-nbytes // ALIGNMENT) * ALIGNMENT
 
 
 def workspace_bytes(graph: Graph, layout: XnnpackLayout) -> int:
@@ -191,7 +217,7 @@ def _elided(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> dict[int, i
     elided = {}
     for i in ops:
         op = graph.ops[i]
-        if not op.outputs or op.outputs[0] not in inside:
+        if op.type not in _ELIDABLE or not op.outputs or op.outputs[0] not in inside:
             continue
         if op.type in ("PAD", "PADV2"):
             readers = graph.consumers_of(op.outputs[0])
@@ -207,8 +233,7 @@ def _is_clamp(op: Op) -> bool:
     """A 1x1 pooling (its stride is 1: larger ones are declined) is defined as a clamp
     (LiteRT v2.2.0 tflite/delegates/xnnpack/xnnpack_delegate.cc `VisitAveragePool2DNode` /
     `VisitMaxPool2DNode`: `xnn_define_clamp` when filter_height == filter_width == 1)."""
-    return op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D") and \
-        tuple(op.attr("filter", (0, 0))) == (1, 1)
+    return op.type in _POOLS and tuple(op.attr("filter", (0, 0))) == (1, 1)
 
 
 def _in_place(op: Op) -> bool:
@@ -230,25 +255,57 @@ def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int], sizes:
         return t
 
     fused = {t: source(t) for t in elided}
+    graph_ops = graph.ops
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     consumers: dict[int, int] = {}
     for n, i in enumerate(ops):
-        op = graph.ops[i]
-        for t in (*(fused.get(t, t) for t in op.inputs), *op.outputs):
+        op = graph_ops[i]
+        for t in op.outputs:          # a value's life starts at its producer
             if t in inside:
-                first.setdefault(t, n)
-                last[t] = n
-        if op.outputs and op.outputs[0] in fused:
+                first[t] = last[t] = n
+        reads = {fused.get(t, t) for t in op.inputs} if fused else set(op.inputs)
+        reads.intersection_update(inside)
+        for t in reads:
+            last[t] = n
+        if fused and op.outputs and op.outputs[0] in fused:
             continue      # the node is gone: its readers read its input
         # a node reading a value twice (ADD(x, x)) is one consumer (src/subgraph.c
         # `xnn_subgraph_analyze_consumers_and_producers` skips repeated inputs)
-        for t in {fused.get(t, t) for t in op.inputs}:
+        for t in reads:
             consumers[t] = consumers.get(t, 0) + 1
+    reuse = _reused(graph, ops, inside, fused, sizes, consumers, last)
+    # Values are added in id order (the delegate defines them by tensor index) and sorted by
+    # size; ties keep id order (glibc's merge-sort qsort is stable).
+    values = sorted((-rounded(sizes[t]), t) for t in inside if t not in reuse and sizes[t])
+    # Blocks placed so far, listed at every node they are live at: the blocks whose
+    # lifetimes meet a value's are those listed at its nodes (a block met at several nodes
+    # comes several times, which the gap search ignores).
+    live: list[list[tuple[int, int]]] = [[] for _ in ops]
+    size = 0
+    for minus_need, t in values:
+        f, l = first[t], last[t]
+        blocks = live[f] if f == l else [b for n in range(f, l + 1) for b in live[n]]
+        offset = _find_offset(sorted(blocks), -minus_need)
+        block = (offset, offset - minus_need)
+        for n in range(f, l + 1):
+            live[n].append(block)
+        size = max(size, block[1])
+    extent = {ops[n]: max((e for _, e in live[n]), default=0)
+              for n in range(len(ops))} if with_extent else {}
+    return size, extent
+
+
+def _reused(graph: Graph, ops: tuple[int, ...], inside: set[int], fused: dict[int, int],
+            sizes: dict[int, int], consumers: dict[int, int],
+            last: dict[int, int]) -> dict[int, int]:
+    """In-place outputs -> the value whose memory they take (a one-consumer input of equal
+    size), extending that value's lifetime `last` to theirs."""
     reuse: dict[int, int] = {}
-    for n, i in enumerate(ops):
+    for i in ops:
         op = graph.ops[i]
-        if not _in_place(op) or not op.outputs or op.outputs[0] not in inside:
+        if (op.type not in _IN_PLACE and op.type not in _POOLS) or not op.outputs or \
+                op.outputs[0] not in inside or not _in_place(op):
             continue
         out = op.outputs[0]
         for t in (fused.get(t, t) for t in op.inputs):
@@ -261,21 +318,7 @@ def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int], sizes:
                 reuse[out] = root
                 last[root] = max(last[root], last[out])
                 break
-    # Values are added in id order (the delegate defines them by tensor index) and sorted by
-    # size; ties keep id order (glibc's merge-sort qsort is stable).
-    values = sorted((t for t in sorted(inside) if t not in reuse and sizes[t]),
-                    key=lambda t: -rounded(sizes[t]))
-    placed: list[tuple[int, int, int, int]] = []      # (start, end, first, last)
-    size = 0
-    for t in values:
-        need = rounded(sizes[t])
-        blocks = sorted((s, e) for s, e, f, l in placed if not (l < first[t] or f > last[t]))
-        offset = _find_offset(blocks, need)
-        placed.append((offset, offset + need, first[t], last[t]))
-        size = max(size, offset + need)
-    extent = {ops[n]: max((e for s, e, f, l in placed if f <= n <= l), default=0)
-              for n in range(len(ops))} if with_extent else {}
-    return size, extent
+    return reuse
 
 
 def _find_offset(blocks: list[tuple[int, int]], need: int) -> int:

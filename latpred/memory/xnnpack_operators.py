@@ -18,6 +18,10 @@ src/configs/gemm-config.c picks, for f32:
 
 from __future__ import annotations
 
+from functools import lru_cache
+from math import prod
+from typing import NamedTuple
+
 from latpred.graph import Graph, Op
 from latpred.memory.arena import align_up
 
@@ -27,6 +31,53 @@ FC_NR = 16                  # init_f32_gemm_config_impl, x86 FMA3 asm: 6x16
 IGEMM_NR, IGEMM_MRS = 16, (1, 5)          # init_f32_igemm_config: 1x16, 5x16
 NR2_NR, NR2_MRS = 8, (1, 5, 10)           # init_f32_gemm_nr2_config_impl: 1x8, 5x8, 10x8
 DW_TILES, DW_CHANNEL_TILE = (3, 4, 9, 25), 16     # src/configs/dwconv-config.c, FMA3 unipass
+
+
+class OpSignature(NamedTuple):
+    """All an operator's buffers depend on: a NAS space's candidates share most of them, so
+    the sizes are computed once per signature (`operator_buffers`)."""
+
+    type: str
+    attrs: tuple
+    x: tuple[int, ...]          # input 0's shape
+    w: tuple[int, ...]          # input 1's shape (the weights), () without one
+    out: tuple[int, ...]        # output 0's shape
+
+    def attr(self, name: str, default=None):
+        return dict(self.attrs).get(name, default)
+
+
+_WITH_BUFFERS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D",
+                           "AVERAGE_POOL_2D"})
+
+
+def operator_buffers(graph: Graph, op: Op) -> tuple[int, int]:
+    """(packed weight bytes, indirection bytes) of a delegated operator."""
+    if op.type not in _WITH_BUFFERS:
+        return 0, 0
+    ins, tensors = op.inputs, graph.tensors
+    # a plain tuple: it hashes faster than the NamedTuple built only on a cache miss
+    return _buffers((op.type, op.attrs, tensors[ins[0]].shape if ins[0] >= 0 else (),
+                     tensors[ins[1]].shape if len(ins) > 1 and ins[1] >= 0 else (),
+                     tensors[op.outputs[0]].shape))
+
+
+def packed_weights(graph: Graph, op: Op) -> int:
+    """Bytes of the weights XNNPACK packs for `op` (0 for ops without packed weights); the
+    delegate's default has no weights cache, so every operator packs its own copy."""
+    return operator_buffers(graph, op)[0]
+
+
+def indirection_bytes(graph: Graph, op: Op) -> int:
+    """Bytes of the operator's indirection buffer, kept by the operator (the delegate does not
+    set XNN_FLAG_TRANSIENT_INDIRECTION_BUFFER)."""
+    return operator_buffers(graph, op)[1]
+
+
+@lru_cache(maxsize=1 << 16)
+def _buffers(key: tuple) -> tuple[int, int]:
+    op = OpSignature(*key)
+    return _packed(op), _indirection(op)
 
 
 def use_nr2(nr: int, nr2: int, channels: int) -> bool:
@@ -79,44 +130,39 @@ def dw_tile(kernel_size: int) -> int | None:
     return next((t for t in DW_TILES if t >= kernel_size), None)
 
 
-def _conv_geometry(graph: Graph, op: Op) -> tuple[int, int, int, int, int] | None:
+def _conv_geometry(op: OpSignature) -> tuple[int, int, int, int, int]:
     """(kernel size, group input channels, group output channels, groups, output pixels)."""
-    w = graph.tensors[op.inputs[1]]
-    out = graph.tensors[op.outputs[0]]
-    pixels = out.shape[1] * out.shape[2]
+    w = op.w
+    pixels = op.out[1] * op.out[2]
     if op.type == "DEPTHWISE_CONV_2D":
         # groups = input channels, each making depth_multiplier outputs (xnn_define_
         # depthwise_convolution_2d); only a multiplier of 1 can take the dwconv path
         multiplier = int(op.attr("depth_multiplier", 1) or 1)
-        return w.shape[1] * w.shape[2], 1, multiplier, w.shape[3] // multiplier, pixels
-    cout, kh, kw, cin = w.shape
+        return w[1] * w[2], 1, multiplier, w[3] // multiplier, pixels
+    cout, kh, kw, cin = w
     groups = int(op.attr("groups", 1) or 1)
     return kh * kw, cin, cout // groups, groups, pixels
 
 
-def _runs_as_fc(graph: Graph, op: Op) -> bool:
+def _runs_as_fc(op: OpSignature) -> bool:
     """tflite/delegates/xnnpack/xnnpack_delegate.cc `VisitConv2DNode`: a 1x1, stride-1,
     ungrouped convolution is defined as a fully connected node (traced:
     `xnn_define_fully_connected` <- `VisitConv2DNode`)."""
     if op.type != "CONV_2D":
         return False
-    w = graph.tensors[op.inputs[1]]
-    return (w.shape[1], w.shape[2]) == (1, 1) and tuple(op.attr("stride", (1, 1))) == (1, 1) \
+    return (op.w[1], op.w[2]) == (1, 1) and tuple(op.attr("stride", (1, 1))) == (1, 1) \
         and int(op.attr("groups", 1) or 1) == 1
 
 
-def packed_weights(graph: Graph, op: Op) -> int:
-    """Bytes of the weights XNNPACK packs for `op` (0 for ops without packed weights); the
-    delegate's default has no weights cache, so every operator packs its own copy."""
+def _packed(op: OpSignature) -> int:
+    """The weights XNNPACK packs for the operator."""
     if op.type == "FULLY_CONNECTED":
-        w = graph.tensors[op.inputs[1]]
-        return _fc_packed(w.size // max(w.shape[0], 1), w.shape[0])
+        return _fc_packed(prod(op.w) // max(op.w[0], 1), op.w[0])
     if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return 0
-    if _runs_as_fc(graph, op):
-        w = graph.tensors[op.inputs[1]]
-        return _fc_packed(w.shape[3], w.shape[0])
-    ks, gin, gout, groups, _ = _conv_geometry(graph, op)
+    if _runs_as_fc(op):
+        return _fc_packed(op.w[3], op.w[0])
+    ks, gin, gout, groups, _ = _conv_geometry(op)
     tile = dw_tile(ks) if gin == 1 and gout == 1 else None
     if tile is not None:
         # create_dwconv_path: (primary_tile * 4 + 4) * round_up_po2(channels, channel_tile)
@@ -124,22 +170,19 @@ def packed_weights(graph: Graph, op: Op) -> int:
     return _igemm_packed(ks, gin, gout, groups)
 
 
-def indirection_bytes(graph: Graph, op: Op) -> int:
-    """Bytes of the operator's indirection buffer, kept by the operator (the delegate does not
-    set XNN_FLAG_TRANSIENT_INDIRECTION_BUFFER)."""
+def _indirection(op: OpSignature) -> int:
+    """The operator's indirection buffer."""
     if op.type in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
-        return _pool_buffers(graph, op)
-    if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or _runs_as_fc(graph, op):
+        return _pool_buffers(op)
+    if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or _runs_as_fc(op):
         return 0
-    ks, gin, gout, groups, pixels = _conv_geometry(graph, op)
-    w = graph.tensors[op.inputs[1]]
-    kh, kw = w.shape[1], w.shape[2]
+    ks, gin, gout, groups, pixels = _conv_geometry(op)
+    kh, kw = op.w[1], op.w[2]
     tile = dw_tile(ks) if gin == 1 and gout == 1 else None
     if tile is not None:
         # convolution-nhwc.c `reshape_dwconv`: (primary_tile - kernel_size + OH * step_height)
         # pointers, 64-aligned; step_height = KH*KW + (OW - 1) * step_width * KH
-        out = graph.tensors[op.outputs[0]]
-        oh, ow = out.shape[1], out.shape[2]
+        oh, ow = op.out[1], op.out[2]
         stride, dil = tuple(op.attr("stride", (1, 1))), tuple(op.attr("dilation", (1, 1)))
         step_w = stride[1] if dil[1] == 1 else kw
         step_h = ks + (ow - 1) * step_w * kh
@@ -151,7 +194,7 @@ def indirection_bytes(graph: Graph, op: Op) -> int:
     return ks * align_up(pixels, mr) * POINTER
 
 
-def _pool_buffers(graph: Graph, op: Op) -> int:
+def _pool_buffers(op: OpSignature) -> int:
     """Pooling indirection (src/operators/max-pooling-nhwc.c `reshape_max_pooling2d`,
     average-pooling-nhwc.c `reshape_average_pooling2d`): (rows * step_height + pooling_size -
     1) pointers with step_height = pooling_size + (OW - 1) * min(stride_w, KW) * KH; max
@@ -161,8 +204,8 @@ def _pool_buffers(graph: Graph, op: Op) -> int:
     sh, sw = op.attr("stride", (1, 1))
     if (kh, kw) == (1, 1):
         return 0           # defined as a clamp (xnnpack.py `_in_place`): no pooling operator
-    ih = graph.tensors[op.inputs[0]].shape[1]
-    oh, ow = graph.tensors[op.outputs[0]].shape[1:3]
+    ih = op.x[1]
+    oh, ow = op.out[1:3]
     size = kh * kw
     step_h = size + (ow - 1) * min(sw, kw) * kh
     if op.type == "MAX_POOL_2D":

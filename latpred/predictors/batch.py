@@ -42,27 +42,39 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
 
     seen: dict[tuple, int] = {}
     interned: dict[tuple, int] = {}
+    by_object: dict[int, int] = {}     # id(Tensor) -> its interned id
+    op_kinds: dict[tuple, int] = {}
+    op_ids: dict[int, int] = {}        # id(Op) -> its interned (type, attrs)
+    held: list[Any] = []               # what those ids name, kept alive so no id is reused
     rows: dict[str, list[list[float]]] = {}
     members: dict[str, list[int]] = {}
     config: list[int] = []
+    seen_get, kind_of, add_config = seen.get, op_ids.get, config.append
     for g, ks in zip(graphs, kernels):
-        sig = _tensor_ids(g, interned)
+        sig = _tensor_ids(g, interned, by_object, held)
+        at = sig.__getitem__
         ops = g.ops
-        for k in ks:
-            if len(k.ops) == 1:  # the common case, inlined: this loop runs once per kernel
-                op = ops[k.ops[0]]
-                key = (k.type, k.part, op.type, op.attrs, tuple([sig[t] for t in op.inputs]),
-                       tuple([sig[t] for t in op.outputs]))
+        for k in ks:   # this loop runs once per kernel: names hoisted, the common case inline
+            k_ops = k.ops
+            if len(k_ops) == 1:
+                op = ops[k_ops[0]]
+                kind = kind_of(id(op))   # (type, attrs) as an int: one hash per Op object
+                if kind is None:
+                    held.append(op)
+                    kind = op_ids[id(op)] = op_kinds.setdefault((op.type, op.attrs),
+                                                                len(op_kinds))
+                key = (k.type, k.part, kind, tuple(map(at, op.inputs)),
+                       tuple(map(at, op.outputs)))
             else:
                 key = _kernel_key(ops, k, sig)
-            cid = seen.get(key)
+            cid = seen_get(key)
             if cid is None:
                 cid = seen[key] = len(seen)
                 group, names = group_of(k.type)
                 rows.setdefault(group, []).append(_pick(features(g, k, target), names,
                                                         k.type))
                 members.setdefault(group, []).append(cid)
-            config.append(cid)
+            add_config(cid)
     return FeatureBatch({grp: np.asarray(r, dtype=np.float64) for grp, r in rows.items()},
                         {grp: np.asarray(v, dtype=np.intp) for grp, v in members.items()},
                         np.asarray(config, dtype=np.intp), len(seen))
@@ -76,13 +88,20 @@ def predict_batch(batch: FeatureBatch, regressors: Mapping[str, Any]) -> np.ndar
     return per_config[batch.config]
 
 
-def _tensor_ids(g: Graph, interned: dict[tuple, int]) -> list[int]:
+def _tensor_ids(g: Graph, interned: dict[tuple, int], by_object: dict[int, int],
+                held: list[Any]) -> list[int]:
     """Per tensor, a small int naming what features can read of it (shape, dtype, constness,
     kept value, quantized or not), shared across graphs; the trailing -1 stands for index -1
-    (an absent optional input). Keys of ints hash far faster than nested tuples."""
-    ids = [interned.setdefault((t.shape, t.dtype, t.is_constant, t.value,
-                                t.quantization is not None), len(interned))
-           for t in g.tensors]
+    (an absent optional input). Keys of ints hash far faster than nested tuples, and graphs
+    that share Tensor objects (chained supernet blocks) look each one up by identity."""
+    ids = list(map(by_object.get, map(id, g.tensors)))
+    if None in ids:
+        for i, t in enumerate(g.tensors):
+            if ids[i] is None:
+                held.append(t)
+                ids[i] = by_object[id(t)] = interned.setdefault(
+                    (t.shape, t.dtype, t.is_constant, t.value, t.quantization is not None),
+                    len(interned))
     ids.append(-1)
     return ids
 

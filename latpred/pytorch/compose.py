@@ -7,14 +7,52 @@ exporting it, as long as the converter would not fuse across the block boundarie
 starts with a ReLU after a convolution ending the previous one would be fused by the converter;
 blocks of conv-BN-activation do not meet that). benchmarks/torch_subnets.py checks the chained
 graphs against whole-subnet exports.
+
+A NAS loop chains thousands of subnets a second, so each graph is prepared once (`_Part`, kept
+in the graph's cache): its tensors reordered to put its input first and its output last, so
+that in a chain its tensor t becomes t + offset (its input, t = 0, lands on the output of the
+graph before it, the last tensor so far). The part's ops shifted to an offset, and their
+consumer and producer maps (`Graph.consumers`/`producers`, which deduction reads) shifted to
+an offset and an op offset, are kept per offsets: in a supernet a block sits at few offsets
+(they depend on how many tensors and ops the blocks before it have, not on their kernel sizes
+or widths), so chaining mostly joins lists of existing ops and merges ready dicts.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Sequence
+
+import numpy as np
 
 from latpred.errors import ShapeError
 from latpred.graph import Graph, Op, Tensor
+
+
+_PLACED_CAP = 512   # offsets kept per part; past that the part's cache starts again
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A graph ready for chaining: tensors input first and output last, ops renumbered to
+    match, the flat form of their tensor references, and the part placed at offsets so far."""
+
+    tensors: tuple[Tensor, ...]
+    ops: tuple[Op, ...]
+    refs: np.ndarray                  # all ops' inputs then outputs, concatenated, int64
+    absent: tuple[int, ...]           # positions in refs of absent optional inputs (-1)
+    bounds: tuple[tuple[int, int, int], ...]    # per op: its inputs refs[a:b], outputs [b:c]
+    protos: tuple[dict, ...]          # per op: its type, attrs and attr_dict
+    placed: dict = field(default_factory=dict)  # (offset, op offset) -> _Placed
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A part's ops and maps at one tensor offset and op offset."""
+
+    ops: tuple[Op, ...]
+    consumers: dict[int, tuple[int, ...]]
+    producers: dict[int, int]
 
 
 def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph:
@@ -27,38 +65,90 @@ def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph
         raise ShapeError("chain needs at least one graph.")
     tensors: list[Tensor] = []
     ops: list[Op] = []
-    prev_out = first_in = -1
+    consumers: dict[int, tuple[int, ...]] = {}
+    producers: dict[int, int] = {}
     for k, g in enumerate(graphs):
-        if len(g.inputs) != 1 or len(g.outputs) != 1:
-            raise ShapeError(f"chain needs one input and one output per graph; graph {k} "
-                             f"({g.name}) has {len(g.inputs)} and {len(g.outputs)}.")
-        (gin,), (gout,) = g.inputs, g.outputs
-        if k and tensors[prev_out].shape != g.tensors[gin].shape:
-            raise ShapeError(f"chain: graph {k} ({g.name}) takes {g.tensors[gin].shape} but "
-                             f"the graph before it gives {tensors[prev_out].shape}.")
-        base = len(tensors)
-        # tensor i -> base + i, less one past a dropped input; the input -> what came before
-        drop = k > 0
-        ids = [base + i - (drop and i > gin) for i in range(len(g.tensors))]
-        if drop:
-            ids[gin] = prev_out
-        ids.append(-1)                     # ids[-1]: an absent optional input stays -1
-        kept = g.tensors if not drop else g.tensors[:gin] + g.tensors[gin + 1:]
+        part = _part(g, k)
+        if k and tensors[-1].shape != part.tensors[0].shape:
+            raise ShapeError(f"chain: graph {k} ({g.name}) takes {part.tensors[0].shape} but "
+                             f"the graph before it gives {tensors[-1].shape}.")
+        offset = len(tensors) - 1 if k else 0
+        placed = _placed(part, offset, len(ops))
+        kept = part.tensors[1:] if k else part.tensors
         if rename:
             kept = [Tensor(f"b{k}/{t.name}", t.shape, t.dtype, t.quantization, t.is_constant,
                            t.value) for t in kept]
         tensors.extend(kept)
-        if not k:
-            first_in = ids[gin]
-        ops.extend([_op(op.type, tuple([ids[t] for t in op.inputs]),
-                        tuple([ids[t] for t in op.outputs]), op.attrs) for op in g.ops])
-        prev_out = ids[gout]
-    return Graph(tuple(tensors), tuple(ops), (first_in,), (prev_out,), name)
+        ops.extend(placed.ops)
+        joint = consumers.get(offset) if k else None   # read inside the graph before, too
+        consumers.update(placed.consumers)
+        if joint is not None and offset in placed.consumers:
+            consumers[offset] = joint + placed.consumers[offset]
+        producers.update(placed.producers)
+    out = Graph(tuple(tensors), tuple(ops), (0,), (len(tensors) - 1,), name)
+    out._cache.update(consumers=consumers, producers=producers)   # what Graph would derive
+    return out
 
 
-def _op(kind: str, inputs: tuple[int, ...], outputs: tuple[int, ...], attrs: tuple) -> Op:
-    """Op(kind, inputs, outputs, attrs) without the frozen dataclass's per-field setattr (a
-    supernet loop chains hundreds of thousands of ops; the values are the same)."""
-    op = object.__new__(Op)
-    op.__dict__.update(type=kind, inputs=inputs, outputs=outputs, attrs=attrs)
-    return op
+def _part(g: Graph, k: int) -> _Part:
+    part = g._cache.get("chain_part")
+    if part is None:
+        if len(g.inputs) != 1 or len(g.outputs) != 1 or g.inputs == g.outputs:
+            raise ShapeError(f"chain needs one input and one output per graph, not the same "
+                             f"tensor; graph {k} ({g.name}) has {len(g.inputs)} and "
+                             f"{len(g.outputs)}.")
+        part = g._cache["chain_part"] = _prepare(g)
+    return part
+
+
+def _prepare(g: Graph) -> _Part:
+    (gin,), (gout,) = g.inputs, g.outputs
+    order = [gin] + [t for t in range(len(g.tensors)) if t not in (gin, gout)] + [gout]
+    new = {old: i for i, old in enumerate(order)}
+    new[-1] = -1
+    ops = tuple(Op(op.type, tuple(new[t] for t in op.inputs), tuple(new[t] for t in op.outputs),
+                   op.attrs) for op in g.ops)
+    refs, bounds = [], []
+    for op in ops:
+        a = len(refs)
+        refs.extend(op.inputs)
+        b = len(refs)
+        refs.extend(op.outputs)
+        bounds.append((a, b, len(refs)))
+    protos = tuple({"type": op.type, "attrs": op.attrs, "attr_dict": op.attr_dict}
+                   for op in ops)
+    return _Part(tuple(g.tensors[t] for t in order), ops, np.asarray(refs, dtype=np.int64),
+                 tuple(i for i, t in enumerate(refs) if t < 0), tuple(bounds), protos)
+
+
+def _placed(part: _Part, offset: int, op_offset: int) -> _Placed:
+    placed = part.placed.get((offset, op_offset))
+    if placed is None:
+        if len(part.placed) >= _PLACED_CAP:
+            part.placed.clear()
+        ops = tuple(_shifted(part, offset)) if offset else part.ops
+        view = Graph((), ops, (), ())     # its maps: Graph's own derivation, shifted by op_offset
+        placed = part.placed[(offset, op_offset)] = _Placed(
+            ops, {t: tuple([i + op_offset for i in v]) for t, v in view.consumers.items()},
+            {t: i + op_offset for t, i in view.producers.items()})
+    return placed
+
+
+def _shifted(part: _Part, offset: int) -> list[Op]:
+    """The part's ops with every tensor reference t >= 0 made t + offset.
+
+    Ops are made without the frozen dataclass's per-field setattr, and share their template's
+    attrs and parsed attr_dict."""
+    refs = (part.refs + offset).tolist()
+    for i in part.absent:
+        refs[i] = -1
+    new = object.__new__
+    out = []
+    for (a, b, c), proto in zip(part.bounds, part.protos):
+        op = new(Op)
+        d = op.__dict__
+        d.update(proto)
+        d["inputs"] = tuple(refs[a:b])
+        d["outputs"] = tuple(refs[b:c])
+        out.append(op)
+    return out

@@ -1,0 +1,128 @@
+"""compose.chain: chained block graphs equal the whole module's export, and the maps it hands
+deduction equal the ones Graph derives itself, also when placements come from its cache."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from latpred import from_torch
+from latpred.errors import ShapeError
+from latpred.graph import Graph
+from latpred.pytorch.compose import chain
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import simdata  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+class Block(nn.Module):
+    """An inverted residual (optionally with a squeeze-excite gate) of a small supernet."""
+
+    def __init__(self, cin: int, cout: int, k: int, stride: int, se: bool):
+        super().__init__()
+        mid = 2 * cin
+        layers = [nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(),
+                  nn.Conv2d(mid, mid, k, stride, k // 2, groups=mid, bias=False),
+                  nn.BatchNorm2d(mid), nn.Hardswish()]
+        self.body, self.tail = nn.Sequential(*layers), nn.Conv2d(mid, cout, 1)
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(mid, 4, 1), nn.ReLU(),
+                                nn.Conv2d(4, mid, 1), nn.Hardsigmoid()) if se else None
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.body(x)
+        if self.se is not None:
+            y = y * self.se(y)
+        y = self.tail(y)
+        return x + y if self.residual else y
+
+
+def head() -> nn.Module:
+    return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(16, 10))
+
+
+def stem() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU6())
+
+
+CHOICES = [(8, 16, 3, 2, False), (8, 16, 5, 2, True), (16, 16, 3, 1, True),
+           (16, 16, 5, 1, False)]
+
+
+@pytest.fixture(scope="module")
+def parts():
+    torch.manual_seed(0)
+    mods = {"stem": stem().eval(), "head": head().eval()}
+    mods.update({c: Block(*c).eval() for c in CHOICES})
+    shapes = {"stem": (1, 3, 32, 32), "head": (1, 16, 8, 8)}
+    shapes.update({c: (1, c[0], 16 if c[3] == 2 else 8, 16 if c[3] == 2 else 8)
+                   for c in CHOICES})
+    graphs = {k: from_torch(m, torch.randn(*shapes[k])) for k, m in mods.items()}
+    return mods, graphs
+
+
+def subnets():
+    firsts = [c for c in CHOICES if c[3] == 2]
+    rests = [c for c in CHOICES if c[3] == 1]
+    for first, *more in itertools.product(firsts, rests, rests):
+        yield (first, *more)
+
+
+def structure(g: Graph) -> list:
+    return [(op.type, op.attrs, [g.tensors[t].shape if t >= 0 else None for t in op.inputs],
+             [g.tensors[t].shape for t in op.outputs]) for op in g.ops]
+
+
+def test_chained_blocks_equal_the_whole_export(parts):
+    mods, graphs = parts
+    for blocks in itertools.islice(subnets(), 4):
+        whole = nn.Sequential(mods["stem"], *[mods[b] for b in blocks], mods["head"]).eval()
+        g = from_torch(whole, torch.randn(1, 3, 32, 32))
+        for rename in (True, False):
+            c = chain([graphs["stem"], *[graphs[b] for b in blocks], graphs["head"]],
+                      rename=rename)
+            assert structure(c) == structure(g)
+            assert [c.tensors[t].shape for t in c.outputs] == [(1, 10)]
+
+
+def test_maps_handed_to_deduction_equal_graphs_own(parts):
+    _, graphs = parts
+    for _ in range(2):   # the second pass takes every placement from the parts' caches
+        for blocks in subnets():
+            c = chain([graphs["stem"], *[graphs[b] for b in blocks], graphs["head"]],
+                      rename=False)
+            fresh = Graph(c.tensors, c.ops, c.inputs, c.outputs)
+            assert list(c.consumers.items()) == list(fresh.consumers.items())
+            assert list(c.producers.items()) == list(fresh.producers.items())
+            assert c == fresh
+
+
+@pytest.mark.parametrize("target", ["host/cpu/fp32/t1", "pixel4/gpu/fp16"])
+def test_predictions_of_chained_and_whole_graphs_are_equal(parts, target, tmp_path):
+    from latpred.predictors import LatencyModel
+    from latpred.predictors.search import SearchSpec
+
+    mods, graphs = parts
+    ds = simdata.simulate(tmp_path / "ds", target, n_models=20, seed=3)
+    model = LatencyModel.fit(ds, target, family="gbdt",
+                             search=SearchSpec("gbdt", "t", method="none"))
+    blocks = next(subnets())
+    whole = nn.Sequential(mods["stem"], *[mods[b] for b in blocks], mods["head"]).eval()
+    g = from_torch(whole, torch.randn(1, 3, 32, 32))
+    c = chain([graphs["stem"], *[graphs[b] for b in blocks], graphs["head"]], rename=False)
+    a, b = model.predict_many([c, g], allow_fallback=True)
+    assert a.total_ms == pytest.approx(b.total_ms, rel=1e-12)
+    assert [k.ops for k in a.kernels] == [k.ops for k in b.kernels]
+
+
+def test_shape_mismatch_is_one_sentence(parts):
+    _, graphs = parts
+    with pytest.raises(ShapeError, match="takes"):
+        chain([graphs["stem"], graphs[CHOICES[2]]])

@@ -381,21 +381,25 @@ def simulated_gpu(tmp_path_factory):
 @pytest.mark.parametrize("which", ["cpu", "gpu"])
 def test_predict_many_dedup_equals_per_kernel_featurization(simulated, simulated_gpu, which):
     from latpred.deduce import deduce
-    from latpred.features import kernel_features
+    from latpred.features import CONTEXT, kernel_features
     from latpred.target import parse_target
 
     ds, name = {"cpu": (simulated, "host/cpu/fp32/t1"),
                 "gpu": (simulated_gpu, "h100/gpu/fp16")}[which]
     _, graphs = _graphs(ds, name)
     model = LatencyModel.fit(ds, name, family="lasso", search="none")
+    assert CONTEXT in model.types["conv2d"].features
     target = parse_target(name)
     preds = model.predict_many(graphs)
     fused = sum(len(k.ops) > 1 for p in preds for k in p.kernels)
     assert (fused > 0) == (which == "gpu")  # the GPU case exercises multi-op kernel keys
     for g, p in zip(graphs[:10], preds[:10]):
-        for k, ms in zip(deduce(g, target), p.kernel_ms):
+        feats = [kernel_features(g, k, target) for k in deduce(g, target)]
+        # The graph-level column: the bytes all the graph's kernels read and write.
+        context = sum(f["bytes_read"] + f["bytes_written"] for f in feats)
+        for k, f, ms in zip(deduce(g, target), feats, p.kernel_ms):
             fit = model.types[k.type]
-            f = kernel_features(g, k, target)
+            f = {**f, CONTEXT: context}
             x = np.array([[f[n] for n in fit.features]])
             assert np.isclose(fit.regressor.predict(x)[0], ms, rtol=1e-12)
 

@@ -32,6 +32,16 @@ Grouped convolutions the delegate splits (`part` "group_split", "group<k>...", "
 - "group_split" is a split kernel of the conv input into `groups` slices; "group_concat" a
   concat kernel of the `groups` per-group outputs; neither computes nor reads weights.
 
+Graph context (`context_bytes`; conv2d, grouped_conv2d, dwconv2d and fc kernels)
+- the bytes all kernels of the graph read and write in one inference (the sum of their
+  `bytes_read` + `bytes_written`): what passes through the caches between two runs of this
+  kernel. Small models keep their weights in cache from one inference to the next: on the host
+  CPU a FULLY_CONNECTED reads its weights at 0.10 us per 1,000 parameters in models that run
+  under 1 ms, 0.16 at 1-2 ms and 0.22 above 3 ms (host-cpu-synthetic, -converter, -scaled,
+  -large). It depends on the whole graph, so `kernel_features` leaves it out; training
+  (`predictors.training.with_graph_columns`) and `predict_many` (`predictors.batch`) sum it
+  from the kernels' features.
+
 Rewritten convolutions and ops outside the usual category get the missing columns of their
 kernel type: a 1x1 CONV_2D run as `fc` gets `rows` = output_size / filters and `param_size` =
 weights + bias; a CONV_2D run as `dwconv2d` gets `depth_multiplier` = filters / input_c; a global
@@ -67,17 +77,20 @@ _GENERIC = ("input_h", "input_w", "input_c", "output_h", "output_w", "output_c",
 _ACTIVATION = ("input_h", "input_w", "input_c", "input_size", "flops")
 # Types that gather different ops also see which op a kernel runs (op_features' `op_code`).
 _OP = ("op_code",)
+# Kernels with weights also see how much data the rest of the graph moves (module docstring).
+CONTEXT = "context_bytes"
+_CTX = (CONTEXT,)
 
 # Column order per kernel type: what a regressor for that type is trained on.
 FEATURES: Mapping[str, tuple[str, ...]] = {
-    "conv2d": _CONV + _TAIL,
-    "grouped_conv2d": _CONV + ("groups",) + _TAIL,
-    "dwconv2d": _CONV + ("depth_multiplier",) + _TAIL,
+    "conv2d": _CONV + _TAIL + _CTX,
+    "grouped_conv2d": _CONV + ("groups",) + _TAIL + _CTX,
+    "dwconv2d": _CONV + ("depth_multiplier",) + _TAIL + _CTX,
     "winograd_input_transform": _WINOGRAD + _TAIL,
     "winograd_matmul": _WINOGRAD + _TAIL,
     "winograd_output_transform": _WINOGRAD + _TAIL,
     "fc": ("input_c", "filters", "param_size", "rows", "input_size", "output_size",
-           "flops") + _TAIL,
+           "flops") + _TAIL + _CTX,
     "batch_matmul": ("batch", "m", "k", "n", "input_size", "output_size", "flops") + _TAIL,
     "pool": ("input_h", "input_w", "input_c", "output_h", "output_w", "stride_h", "stride_w",
              "kernel_h", "kernel_w", "input_size", "output_size", "flops") + _TAIL + _OP,
@@ -115,7 +128,8 @@ _STAGE_OF_TYPE = {f"winograd_{s}": s for s in _STAGES}
 def kernel_features(graph: Graph, kernel: Kernel, target: Any = None) -> Features:
     """The features of `kernel` (see the module docstring); `target` sets the precision.
 
-    The result holds every column of `FEATURES[kernel.type]`.
+    The result holds every column of `FEATURES[kernel.type]` but `context_bytes`, which
+    depends on the whole graph (module docstring).
     """
     precision = None if target is None else getattr(target, "precision", None)
     isz = ITEMSIZE.get(precision, ITEMSIZE[None])

@@ -6,6 +6,10 @@ predicts each configuration once and scatters the results. A configuration is ev
 `kernel_features` can read: the kernel's type and stage, and for each member op its type,
 attributes and the shape, dtype, constness and kept value of every tensor it touches, plus which
 inputs come from inside the kernel. Tests check the cached path gives the uncached result.
+
+The one graph-level column, `context_bytes` (conv and FC kernels: the bytes the whole graph
+moves, see `latpred.features.kernel`), is summed per graph from the configurations' bytes and
+set per kernel at prediction: those groups are predicted per distinct (configuration, context).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ class FeatureBatch:
     members: dict[str, np.ndarray]  # group -> configuration ids of those rows
     config: np.ndarray              # per kernel: its configuration id
     n_configs: int
+    context: np.ndarray             # per kernel: its graph's context_bytes
+    context_col: dict[str, int]     # group -> the column of context_bytes, where it has one
 
 
 def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target: Any,
@@ -36,7 +42,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
     """Feature rows of all kernels; `group_of(kernel_type)` -> (group name, feature names);
     `features(graph, kernel, target)` (default `kernel_features`) must depend on nothing the
     configuration key leaves out."""
-    from latpred.features import kernel_features
+    from latpred.features import CONTEXT, kernel_features
 
     features = features or kernel_features
 
@@ -48,6 +54,8 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
     held: list[Any] = []               # what those ids name, kept alive so no id is reused
     rows: dict[str, list[list[float]]] = {}
     members: dict[str, list[int]] = {}
+    context_col: dict[str, int] = {}
+    moved: list[float] = []            # per configuration: bytes read + written
     config: list[int] = []
     seen_get, kind_of, add_config = seen.get, op_ids.get, config.append
     for g, ks in zip(graphs, kernels):
@@ -71,21 +79,50 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
             if cid is None:
                 cid = seen[key] = len(seen)
                 group, names = group_of(k.type)
-                rows.setdefault(group, []).append(_pick(features(g, k, target), names,
-                                                        k.type))
+                f = features(g, k, target)
+                if CONTEXT in names:
+                    context_col[group] = names.index(CONTEXT)
+                    f = {**f, CONTEXT: 0.0}   # set per kernel by predict_batch
+                rows.setdefault(group, []).append(_pick(f, names, k.type))
                 members.setdefault(group, []).append(cid)
+                moved.append(f["bytes_read"] + f["bytes_written"])
             add_config(cid)
+    config_ids = np.asarray(config, dtype=np.intp)
     return FeatureBatch({grp: np.asarray(r, dtype=np.float64) for grp, r in rows.items()},
                         {grp: np.asarray(v, dtype=np.intp) for grp, v in members.items()},
-                        np.asarray(config, dtype=np.intp), len(seen))
+                        config_ids, len(seen), _graph_context(kernels, config_ids, moved),
+                        context_col)
+
+
+def _graph_context(kernels: Sequence[Sequence[Any]], config: np.ndarray,
+                   moved: list[float]) -> np.ndarray:
+    """Per kernel, the summed bytes of all kernels of its graph."""
+    sizes = np.fromiter((len(ks) for ks in kernels), dtype=np.intp, count=len(kernels))
+    per_kernel = np.asarray(moved, dtype=np.float64)[config] if len(config) else np.zeros(0)
+    starts = np.minimum(np.concatenate(([0], np.cumsum(sizes)[:-1])), max(len(per_kernel) - 1, 0))
+    sums = np.add.reduceat(per_kernel, starts) if len(per_kernel) else np.zeros(len(sizes))
+    sums = np.where(sizes > 0, sums, 0.0)   # reduceat repeats a value for empty graphs
+    return np.repeat(sums, sizes)
 
 
 def predict_batch(batch: FeatureBatch, regressors: Mapping[str, Any]) -> np.ndarray:
     """Latency of every kernel in flat order: one regressor call per group."""
     per_config = np.empty(batch.n_configs, dtype=np.float64)
     for group, X in batch.rows.items():
-        per_config[batch.members[group]] = regressors[group].predict(X)
-    return per_config[batch.config]
+        if group not in batch.context_col:
+            per_config[batch.members[group]] = regressors[group].predict(X)
+    out = per_config[batch.config]
+    for group, col in batch.context_col.items():
+        row_of = np.full(batch.n_configs, -1, dtype=np.intp)
+        row_of[batch.members[group]] = np.arange(len(batch.members[group]))
+        mine = np.flatnonzero(row_of[batch.config] >= 0)
+        # Kernels of one configuration in graphs that move the same bytes share a prediction.
+        pairs = np.column_stack([batch.config[mine], batch.context[mine]])
+        uniq, back = np.unique(pairs, axis=0, return_inverse=True)
+        X = batch.rows[group][row_of[uniq[:, 0].astype(np.intp)]].copy()
+        X[:, col] = uniq[:, 1]
+        out[mine] = regressors[group].predict(X)[back.reshape(-1)]
+    return out
 
 
 def _tensor_ids(g: Graph, interned: dict[tuple, int], by_object: dict[int, int],

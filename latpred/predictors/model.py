@@ -24,7 +24,8 @@ from latpred.errors import PredictorError
 from latpred.graph import Graph
 from latpred.predictors.overhead import OverheadModel, fit_overhead
 from latpred.predictors.search import SearchSpec, family_class, load_search
-from latpred.predictors.training import TypeFit, fit_all_types, fit_fallback, load_tables
+from latpred.predictors.training import (TypeFit, fit_all_types, fit_fallback, load_tables,
+                                         with_graph_columns)
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,6 +102,8 @@ class LatencyModel:
         family_class(family)
         if kernels.empty:
             raise PredictorError(f"No measured kernel of target {target} to train on.")
+        if "f_context_bytes" not in kernels:   # tables built outside load_tables (ablations)
+            kernels = with_graph_columns(kernels)
         spec = search if isinstance(search, SearchSpec) else load_search(family, search)
         if spec.family != family:
             raise PredictorError(f"The search is for the {spec.family} family, not {family}.")

@@ -57,12 +57,23 @@ def load_tables(dataset: Any, target: str, model_ids: Iterable[str] | None = Non
 
 def kernel_rows(kernels: pd.DataFrame) -> pd.DataFrame:
     """Measured kernels usable for training: status ok and a positive, finite latency."""
-    kernels = with_op_code(kernels)
+    kernels = with_graph_columns(kernels)
     ok = (kernels["status"] == "ok") & np.isfinite(kernels["latency_ms"]) & \
         (kernels["latency_ms"] > 0)
     cols = ["model_id", "kernel_type", "latency_ms"] + \
         [c for c in kernels.columns if c.startswith(FEATURE_PREFIX)]
     return kernels.loc[ok, cols].reset_index(drop=True)
+
+
+def with_graph_columns(kernels: pd.DataFrame) -> pd.DataFrame:
+    """`f_op_code` where missing and `f_context_bytes`, the bytes all kernels of the row's model
+    read and write (see `latpred.features.kernel`), summed over every row of the model."""
+    from latpred.features import CONTEXT
+
+    kernels = with_op_code(kernels)
+    moved = kernels[FEATURE_PREFIX + "bytes_read"] + kernels[FEATURE_PREFIX + "bytes_written"]
+    return kernels.assign(**{FEATURE_PREFIX + CONTEXT:
+                             moved.groupby(kernels["model_id"]).transform("sum")})
 
 
 def with_op_code(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -95,7 +106,7 @@ def feature_schema(kernel_type: str, rows: pd.DataFrame) -> tuple[str, ...]:
 
     `latpred.features.FEATURES[kernel_type]` for the kernel types featurization knows (the
     dataset must hold all of them); for any other type, the f_ columns with a value on every
-    row (the dataset writes NaN where a feature does not apply to a kernel type).
+    row but `context_bytes` (the dataset writes NaN where a feature does not apply to a kernel type).
     """
     from latpred.features import FEATURES
 
@@ -107,7 +118,10 @@ def feature_schema(kernel_type: str, rows: pd.DataFrame) -> tuple[str, ...]:
             raise DatasetError(f"The {kernel_type} rows lack feature values {lacking[:4]}; "
                                "re-featurize the dataset with this latpred.")
         return tuple(names)
-    cols = [c for c in rows.columns if c.startswith(FEATURE_PREFIX)]
+    from latpred.features import CONTEXT
+
+    # The graph-level column is for the types FEATURES gives it to.
+    cols = [c for c in rows.columns if c.startswith(FEATURE_PREFIX) and c[2:] != CONTEXT]
     full = rows[cols].notna().all(axis=0)
     return tuple(c[len(FEATURE_PREFIX):] for c in cols if full[c])
 

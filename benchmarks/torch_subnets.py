@@ -37,9 +37,11 @@ import torch
 from torch import nn
 
 from latpred import from_torch
+from latpred.errors import LatpredError
 from latpred.predictors import LatencyModel
 from latpred.pytorch.compose import chain
 from latpred.pytorch.export import export_program
+from latpred.target import parse_target
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ((24, 2, "RE", False), (40, 2, "RE", True), (80, 2, "HS", False), (112, 1, "HS", True),
@@ -158,25 +160,26 @@ class BlockCache:
 
     def parts(self, config: tuple) -> list[tuple]:
         """(key, maker, input shape) of the stem, each block and the head of a subnet."""
-        specs = block_specs(config)
-        out = -(-specs[-1][7] // specs[-1][3])
-        return [(("stem",), stem, (1, 3, RES, RES)),
-                *[(s, lambda s=s: Block(*s[:7]), (1, s[0], s[7], s[7])) for s in specs],
-                (("head", out), lambda: Head(STAGES[-1][0]), (1, STAGES[-1][0], out, out))]
-
-    def graph(self, config: tuple):
-        graphs, stored = [], self.graphs
-        for key in self.keys(config):   # the common case, a cached block: no maker needed
-            g = stored.get(key)
-            graphs.append(g if g is not None else self.get(*self._part(config, key)))
-        return chain(graphs, name=str(config), rename=False)
+        return [self._part(key) for key in self.keys(config)]
 
     def keys(self, config: tuple) -> list[tuple]:
         specs = block_specs(config)
         return [("stem",), *specs, ("head", -(-specs[-1][7] // specs[-1][3]))]
 
-    def _part(self, config: tuple, key: tuple) -> tuple:
-        return next(p for p in self.parts(config) if p[0] == key)
+    @staticmethod
+    def _part(key: tuple) -> tuple:
+        if key == ("stem",):
+            return key, stem, (1, 3, RES, RES)
+        if key[0] == "head":
+            return key, lambda: Head(STAGES[-1][0]), (1, STAGES[-1][0], key[1], key[1])
+        return key, lambda: Block(*key[:7]), (1, key[0], key[7], key[7])
+
+    def graph(self, config: tuple):
+        graphs, stored = [], self.graphs
+        for key in self.keys(config):   # the common case, a cached block: no maker needed
+            g = stored.get(key)
+            graphs.append(g if g is not None else self.get(*self._part(key)))
+        return chain(graphs, name=str(config), rename=False)
 
 
 class BlockScores:
@@ -220,6 +223,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    try:
+        parse_target(args.target)
+    except LatpredError as e:
+        ap.error(str(e))
     torch.set_num_threads(1)
     model = predictor(args)
     rng = random.Random(args.seed)

@@ -356,3 +356,13 @@ def test_deduced_kernels_have_every_column_of_their_type():
                            if c != CONTEXT and not math.isfinite(f.get(c, math.nan))]
                     assert not bad, (text, k, bad)
     assert {"conv2d", "dwconv2d", "fc", "mean", "elementwise", "winograd_matmul"} <= types
+
+
+def test_context_bytes_is_rounded_to_eighths_of_an_octave():
+    from latpred.features import context_bytes
+
+    x = np.array([0.0, 1e3, 1e6, 0.99e6, 5e7])
+    c = context_bytes(x)
+    assert c[0] == 0 and np.all(np.abs(c[1:] / x[1:] - 1) <= 2 ** (1 / 16) - 1)
+    assert c[2] == c[3]   # 1% apart, on one side of a level boundary: one level
+    assert np.allclose(np.log2(c[1:]) * 8, np.round(np.log2(c[1:]) * 8))

@@ -381,7 +381,7 @@ def simulated_gpu(tmp_path_factory):
 @pytest.mark.parametrize("which", ["cpu", "gpu"])
 def test_predict_many_dedup_equals_per_kernel_featurization(simulated, simulated_gpu, which):
     from latpred.deduce import deduce
-    from latpred.features import CONTEXT, kernel_features
+    from latpred.features import CONTEXT, context_bytes, kernel_features
     from latpred.target import parse_target
 
     ds, name = {"cpu": (simulated, "host/cpu/fp32/t1"),
@@ -396,7 +396,7 @@ def test_predict_many_dedup_equals_per_kernel_featurization(simulated, simulated
     for g, p in zip(graphs[:10], preds[:10]):
         feats = [kernel_features(g, k, target) for k in deduce(g, target)]
         # The graph-level column: the bytes all the graph's kernels read and write.
-        context = sum(f["bytes_read"] + f["bytes_written"] for f in feats)
+        context = context_bytes(sum(f["bytes_read"] + f["bytes_written"] for f in feats))
         for k, f, ms in zip(deduce(g, target), feats, p.kernel_ms):
             fit = model.types[k.type]
             f = {**f, CONTEXT: context}

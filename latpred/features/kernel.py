@@ -38,7 +38,9 @@ Graph context (`context_bytes`; conv2d, grouped_conv2d, dwconv2d and fc kernels)
   kernel. Small models keep their weights in cache from one inference to the next: on the host
   CPU a FULLY_CONNECTED reads its weights at 0.10 us per 1,000 parameters in models that run
   under 1 ms, 0.16 at 1-2 ms and 0.22 above 3 ms (host-cpu-synthetic, -converter, -scaled,
-  -large). It depends on the whole graph, so `kernel_features` leaves it out; training
+  -large). It is rounded to 1/8 of a power of two (`context_bytes`), which blurs nothing the
+  cache sizes resolve and lets one NAS batch's candidates share kernel predictions. It depends
+  on the whole graph, so `kernel_features` leaves it out; training
   (`predictors.training.with_graph_columns`) and `predict_many` (`predictors.batch`) sum it
   from the kernels' features.
 
@@ -152,6 +154,12 @@ def kernel_features(graph: Graph, kernel: Kernel, target: Any = None) -> Feature
     else:
         _fused_facts(graph, kernel, f, isz, writes=stage in (None, "output_transform"))
     return f
+
+
+def context_bytes(moved: np.ndarray) -> np.ndarray:
+    """The `context_bytes` column from a graph's summed bytes read + written (module docstring)."""
+    moved = np.asarray(moved, dtype=np.float64)
+    return np.where(moved > 0, np.exp2(np.round(8 * np.log2(np.maximum(moved, 1))) / 8), 0.0)
 
 
 def _group_part(f: Features, part: str) -> None:

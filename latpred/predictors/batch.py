@@ -96,13 +96,16 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
 
 def _graph_context(kernels: Sequence[Sequence[Any]], config: np.ndarray,
                    moved: list[float]) -> np.ndarray:
-    """Per kernel, the summed bytes of all kernels of its graph."""
+    """Per kernel, `context_bytes` of its graph: the bytes all its kernels move, rounded."""
+    from latpred.features import context_bytes
+
     sizes = np.fromiter((len(ks) for ks in kernels), dtype=np.intp, count=len(kernels))
     per_kernel = np.asarray(moved, dtype=np.float64)[config] if len(config) else np.zeros(0)
-    starts = np.minimum(np.concatenate(([0], np.cumsum(sizes)[:-1])), max(len(per_kernel) - 1, 0))
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    starts = np.minimum(starts, max(len(per_kernel) - 1, 0))   # reduceat needs them in range
     sums = np.add.reduceat(per_kernel, starts) if len(per_kernel) else np.zeros(len(sizes))
     sums = np.where(sizes > 0, sums, 0.0)   # reduceat repeats a value for empty graphs
-    return np.repeat(sums, sizes)
+    return np.repeat(context_bytes(sums), sizes)
 
 
 def predict_batch(batch: FeatureBatch, regressors: Mapping[str, Any]) -> np.ndarray:

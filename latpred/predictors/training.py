@@ -68,12 +68,12 @@ def kernel_rows(kernels: pd.DataFrame) -> pd.DataFrame:
 def with_graph_columns(kernels: pd.DataFrame) -> pd.DataFrame:
     """`f_op_code` where missing and `f_context_bytes`, the bytes all kernels of the row's model
     read and write (see `latpred.features.kernel`), summed over every row of the model."""
-    from latpred.features import CONTEXT
+    from latpred.features import CONTEXT, context_bytes
 
     kernels = with_op_code(kernels)
     moved = kernels[FEATURE_PREFIX + "bytes_read"] + kernels[FEATURE_PREFIX + "bytes_written"]
-    return kernels.assign(**{FEATURE_PREFIX + CONTEXT:
-                             moved.groupby(kernels["model_id"]).transform("sum")})
+    total = moved.groupby(kernels["model_id"]).transform("sum").to_numpy(np.float64)
+    return kernels.assign(**{FEATURE_PREFIX + CONTEXT: context_bytes(total)})
 
 
 def with_op_code(kernels: pd.DataFrame) -> pd.DataFrame:

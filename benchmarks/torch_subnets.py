@@ -38,6 +38,7 @@ from torch import nn
 
 from latpred import from_torch
 from latpred.errors import LatpredError
+from latpred.features import CONTEXT
 from latpred.predictors import LatencyModel
 from latpred.pytorch.compose import chain
 from latpred.pytorch.export import export_program
@@ -185,7 +186,8 @@ class BlockCache:
 class BlockScores:
     """Per-block kernel count and predicted kernel-latency sum: a subnet's prediction is the
     overhead model on the summed counts and sums. Exact on CPU targets, where each op is one
-    kernel and a kernel's features are its own op's (no kernel spans two blocks)."""
+    kernel and a kernel's features are its own op's (no kernel spans two blocks), for
+    predictors without the whole-graph `context_bytes` feature."""
 
     def __init__(self, model: LatencyModel, cache: BlockCache) -> None:
         self.model, self.cache = model, cache
@@ -304,6 +306,11 @@ def main() -> None:
 
     # 4b. Per-block predicted kernel sums (CPU targets: exact), checked against predict_many.
     if model._target().is_gpu:
+        return
+    if any(CONTEXT in fit.features for fit in model.types.values()):
+        # a kernel's prediction then depends on the bytes its whole graph moves: block sums
+        # of kernel predictions are no longer a subnet's
+        print(f"block-score loop skipped: the predictor reads {CONTEXT}, a whole-graph feature")
         return
     t0 = time.process_time()
     scores = BlockScores(model, cache)

@@ -17,7 +17,9 @@ Run: .venv/bin/python benchmarks/torch_subnets.py [--predictor DIR | --target T]
      [--candidates 5000] [--exports 5] [--batch 500]
 Without --predictor a GBDT predictor is trained on a simulated dataset (tests/simdata.py) for
 --target (default host/cpu/fp32/t1; a GPU target such as pixel4/gpu/fp16 runs the general path
-only: its kernels may span blocks, so block scores are not summed). After the warm-up the
+only: its kernels may span blocks). On a CPU target the loop is also run with
+`latpred.predictors.BlockScores` (per-block caches of predictions, exact with the whole-graph
+`context_bytes` feature), checked against predict_many on chained graphs. After the warm-up the
 objects made so far are frozen out of the garbage collector's passes (`gc.freeze()`, as a
 long-running NAS loop would), so that collections walk only the candidates' own graphs.
 """
@@ -32,14 +34,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
 from latpred import from_torch
 from latpred.errors import LatpredError
-from latpred.features import CONTEXT
-from latpred.predictors import LatencyModel
+from latpred.predictors import BlockScores, LatencyModel
 from latpred.pytorch.compose import chain
 from latpred.pytorch.export import export_program
 from latpred.target import parse_target
@@ -159,10 +159,6 @@ class BlockCache:
             self.graphs[key] = g
         return g
 
-    def parts(self, config: tuple) -> list[tuple]:
-        """(key, maker, input shape) of the stem, each block and the head of a subnet."""
-        return [self._part(key) for key in self.keys(config)]
-
     def keys(self, config: tuple) -> list[tuple]:
         specs = block_specs(config)
         return [("stem",), *specs, ("head", -(-specs[-1][7] // specs[-1][3]))]
@@ -181,27 +177,6 @@ class BlockCache:
             g = stored.get(key)
             graphs.append(g if g is not None else self.get(*self._part(key)))
         return chain(graphs, name=str(config), rename=False)
-
-
-class BlockScores:
-    """Per-block kernel count and predicted kernel-latency sum: a subnet's prediction is the
-    overhead model on the summed counts and sums. Exact on CPU targets, where each op is one
-    kernel and a kernel's features are its own op's (no kernel spans two blocks), for
-    predictors without the whole-graph `context_bytes` feature."""
-
-    def __init__(self, model: LatencyModel, cache: BlockCache) -> None:
-        self.model, self.cache = model, cache
-        self.sums = {key: (len(p.kernels), p.kernel_sum_ms) for key, p in zip(
-            cache.graphs, model.predict_many(list(cache.graphs.values()), allow_fallback=True))}
-
-    def totals(self, configs: list[tuple]) -> np.ndarray:
-        n, s = np.zeros(len(configs)), np.zeros(len(configs))
-        for i, c in enumerate(configs):
-            for key, _, _ in self.cache.parts(c):
-                k, ms = self.sums[key]
-                n[i] += k
-                s[i] += ms
-        return s + self.model.overhead.predict(n, s)
 
 
 def predictor(args) -> LatencyModel:
@@ -304,30 +279,23 @@ def main() -> None:
           f"{done / total:.0f} candidates/s (chaining {1e3 * chain_s / done:.3f} ms, predict_many "
           f"{1e3 * score_s / done:.3f} ms per candidate; target >= 1,000/s)")
 
-    # 4b. Per-block predicted kernel sums (CPU targets: exact), checked against predict_many.
+    # 4b. Per-block caches of predictions (CPU targets), checked against predict_many.
     if model._target().is_gpu:
         return
-    if any(CONTEXT in fit.features for fit in model.types.values()):
-        # a kernel's prediction then depends on the bytes its whole graph moves: block sums
-        # of kernel predictions are no longer a subnet's
-        print(f"block-score loop skipped: the predictor reads {CONTEXT}, a whole-graph feature")
-        return
     t0 = time.process_time()
-    scores = BlockScores(model, cache)
+    scores = BlockScores(model, cache.graphs, allow_fallback=True)
     setup = time.process_time() - t0
-    check = [sample(rng) for _ in range(50)]
-    want = [p.total_ms for p in model.predict_many([cache.graph(c) for c in check],
-                                                   allow_fallback=True)]
-    assert np.allclose(scores.totals(check), want, rtol=1e-9), "block sums differ"
-    t0 = time.process_time()
-    batch = [sample(rng) for _ in range(args.candidates)]
-    totals = scores.totals(batch)
-    spent = time.process_time() - t0
-    assert (totals > 0).all()
-    print(f"block-score loop: {len(batch)} candidates in {spent:.3f} s CPU = "
-          f"{len(batch) / spent:.0f} candidates/s (sampling included; setup {setup:.2f} s; "
-          f"equal to predict_many on the chained graphs of 50 candidates)")
-
+    scores.verify([cache.keys(sample(rng)) for _ in range(50)])
+    spent, done = 0.0, 0
+    while done < args.candidates:
+        t0 = time.process_time()
+        batch = [cache.keys(sample(rng)) for _ in range(min(args.batch, args.candidates - done))]
+        totals = scores.predict(batch)
+        spent, done = spent + time.process_time() - t0, done + len(batch)
+        assert (totals > 0).all()
+    print(f"block-score loop (BlockScores, batches of {args.batch}): {done} candidates in "
+          f"{spent:.3f} s CPU = {done / spent:.0f} candidates/s (sampling included; setup "
+          f"{setup:.2f} s; equal to predict_many on the chained graphs of 50 candidates)")
 
 if __name__ == "__main__":
     main()

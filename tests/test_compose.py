@@ -7,12 +7,13 @@ import itertools
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from latpred import from_torch
-from latpred.errors import ShapeError
+from latpred.errors import PredictorError, ShapeError
 from latpred.graph import Graph
 from latpred.pytorch.compose import chain
 
@@ -126,3 +127,70 @@ def test_shape_mismatch_is_one_sentence(parts):
     _, graphs = parts
     with pytest.raises(ShapeError, match="takes"):
         chain([graphs["stem"], graphs[CHOICES[2]]])
+
+
+def block_subnets():
+    """Subnets of 0-4 stride-1 blocks after the first: graphs of quite different sizes, so
+    their context_bytes differ."""
+    firsts = [c for c in CHOICES if c[3] == 2]
+    rests = [c for c in CHOICES if c[3] == 1]
+    for depth in range(5):
+        for first, *more in itertools.product(firsts, *[rests] * depth):
+            yield ("stem", first, *more, "head")
+
+
+class ContextScaled:
+    """A regressor whose prediction grows with the context_bytes column, so that a wrong
+    context shows (a GBDT on 20 simulated models may not split on it at all)."""
+
+    def __init__(self, inner, col: int):
+        self.inner, self.col = inner, col
+
+    def predict(self, X):
+        return self.inner.predict(X) * (1 + np.log2(1 + X[:, self.col]) / 10)
+
+
+def context_sensitive(model):
+    from dataclasses import replace
+
+    from latpred.features import CONTEXT
+
+    types = {t: replace(f, regressor=ContextScaled(f.regressor, f.features.index(CONTEXT)))
+             if CONTEXT in f.features else f for t, f in model.types.items()}
+    return replace(model, types=types)
+
+
+def test_block_scores_equal_predict_many_with_context(parts, tmp_path):
+    from latpred.features import context_bytes
+    from latpred.predictors import BlockScores, LatencyModel
+    from latpred.predictors.search import SearchSpec
+
+    _, graphs = parts
+    target = "host/cpu/fp32/t1"
+    ds = simdata.simulate(tmp_path / "ds", target, n_models=20, seed=3)
+    model = context_sensitive(LatencyModel.fit(ds, target, family="gbdt",
+                                               search=SearchSpec("gbdt", "t", method="none")))
+    scores = BlockScores(model, graphs, allow_fallback=True)
+    keys = list(block_subnets())
+    chained = [chain([graphs[k] for k in s], rename=False) for s in keys]
+    preds = model.predict_many(chained, allow_fallback=True)
+    assert scores.predict(keys) == pytest.approx([p.total_ms for p in preds], rel=1e-12)
+    contexts = {float(context_bytes(scores.moved[[scores.index[k] for k in s]].sum()))
+                for s in keys}
+    assert len(contexts) > 3     # the subnets span several contexts
+    scores.verify(keys[::7])
+    scores.moved = scores.moved * 2   # a wrong context is caught
+    with pytest.raises(PredictorError, match="differ"):
+        scores.verify(keys[::7])
+
+
+def test_block_scores_refuse_gpu_targets(parts, tmp_path):
+    from latpred.predictors import BlockScores, LatencyModel
+    from latpred.predictors.search import SearchSpec
+
+    target = "pixel4/gpu/fp16"
+    ds = simdata.simulate(tmp_path / "ds", target, n_models=8, seed=3)
+    model = LatencyModel.fit(ds, target, family="gbdt",
+                             search=SearchSpec("gbdt", "t", method="none"))
+    with pytest.raises(PredictorError, match="CPU target"):
+        BlockScores(model, parts[1])

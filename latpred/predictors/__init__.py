@@ -13,7 +13,8 @@ from latpred.predictors.mlp import PercentMLP
 from latpred.predictors.model import LatencyModel, Prediction
 from latpred.predictors.overhead import OverheadModel, fit_overhead
 from latpred.predictors.search import FAMILIES, SearchSpec, fit_searched, load_search
+from latpred.predictors.supernet import BlockScores
 
 __all__ = ["LatencyModel", "Prediction", "PositiveLasso", "PercentRandomForest", "PercentGBDT",
            "PercentMLP", "OverheadModel", "fit_overhead", "FAMILIES", "SearchSpec",
-           "fit_searched", "load_search"]
+           "fit_searched", "load_search", "BlockScores"]

@@ -33,6 +33,7 @@ class FeatureBatch:
     n_configs: int
     context: np.ndarray             # per kernel: its graph's context_bytes
     context_col: dict[str, int]     # group -> the column of context_bytes, where it has one
+    moved: np.ndarray               # per configuration: bytes read + written
 
 
 def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target: Any,
@@ -88,19 +89,21 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
                 moved.append(f["bytes_read"] + f["bytes_written"])
             add_config(cid)
     config_ids = np.asarray(config, dtype=np.intp)
+    moved_per_config = np.asarray(moved, dtype=np.float64)
     return FeatureBatch({grp: np.asarray(r, dtype=np.float64) for grp, r in rows.items()},
                         {grp: np.asarray(v, dtype=np.intp) for grp, v in members.items()},
-                        config_ids, len(seen), _graph_context(kernels, config_ids, moved),
-                        context_col)
+                        config_ids, len(seen),
+                        _graph_context(kernels, config_ids, moved_per_config), context_col,
+                        moved_per_config)
 
 
 def _graph_context(kernels: Sequence[Sequence[Any]], config: np.ndarray,
-                   moved: list[float]) -> np.ndarray:
+                   moved: np.ndarray) -> np.ndarray:
     """Per kernel, `context_bytes` of its graph: the bytes all its kernels move, rounded."""
     from latpred.features import context_bytes
 
     sizes = np.fromiter((len(ks) for ks in kernels), dtype=np.intp, count=len(kernels))
-    per_kernel = np.asarray(moved, dtype=np.float64)[config] if len(config) else np.zeros(0)
+    per_kernel = moved[config] if len(config) else np.zeros(0)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     starts = np.minimum(starts, max(len(per_kernel) - 1, 0))   # reduceat needs them in range
     sums = np.add.reduceat(per_kernel, starts) if len(per_kernel) else np.zeros(len(sizes))
@@ -108,13 +111,19 @@ def _graph_context(kernels: Sequence[Sequence[Any]], config: np.ndarray,
     return np.repeat(context_bytes(sums), sizes)
 
 
-def predict_batch(batch: FeatureBatch, regressors: Mapping[str, Any]) -> np.ndarray:
-    """Latency of every kernel in flat order: one regressor call per group."""
-    per_config = np.empty(batch.n_configs, dtype=np.float64)
+def predict_configs(batch: FeatureBatch, regressors: Mapping[str, Any]) -> np.ndarray:
+    """Latency per configuration of the groups without `context_bytes` (NaN for the others,
+    whose latency depends on the graph): one regressor call per group."""
+    per_config = np.full(batch.n_configs, np.nan, dtype=np.float64)
     for group, X in batch.rows.items():
         if group not in batch.context_col:
             per_config[batch.members[group]] = regressors[group].predict(X)
-    out = per_config[batch.config]
+    return per_config
+
+
+def predict_batch(batch: FeatureBatch, regressors: Mapping[str, Any]) -> np.ndarray:
+    """Latency of every kernel in flat order: one regressor call per group."""
+    out = predict_configs(batch, regressors)[batch.config]
     for group, col in batch.context_col.items():
         row_of = np.full(batch.n_configs, -1, dtype=np.intp)
         row_of[batch.members[group]] = np.arange(len(batch.members[group]))

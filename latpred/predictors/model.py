@@ -145,15 +145,23 @@ class LatencyModel:
     def predict_kernels(self, graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], *,
                         allow_fallback: bool = False) -> list[Prediction]:
         """Predict graphs whose kernels are already deduced (kernels[i] belongs to graphs[i])."""
+        from latpred.predictors.batch import predict_batch
+
+        batch, missing = self.feature_batch(graphs, kernels, allow_fallback=allow_fallback)
+        flat = predict_batch(batch, self.regressors())
+        offsets = np.cumsum([0] + [len(ks) for ks in kernels])
+        return self._assemble(graphs, kernels, flat, offsets, missing)
+
+    def feature_batch(self, graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], *,
+                      allow_fallback: bool = False) -> tuple[Any, set[str]]:
+        """The `predictors.batch.FeatureBatch` of deduced kernels, grouped by the regressor
+        that predicts them, and the kernel types left to the fallback."""
         from latpred.predictors.analytical import featurizer
-        from latpred.predictors.batch import featurize, predict_batch
+        from latpred.predictors.batch import featurize
 
         missing = sorted({k.type for ks in kernels for k in ks} - set(self.types))
         if missing and not (allow_fallback and self.fallback is not None):
             raise PredictorError(self._missing_message(missing, allow_fallback))
-        fits = dict(self.types)
-        if self.fallback is not None:
-            fits[self.fallback.kernel_type] = self.fallback
 
         def group_of(ktype: str) -> tuple[str, tuple[str, ...]]:
             fit = self.types.get(ktype) or self.fallback
@@ -161,9 +169,14 @@ class LatencyModel:
 
         batch = featurize(graphs, kernels, self._target(), group_of,
                           featurizer(self.analytical_features))
-        flat = predict_batch(batch, {t: f.regressor for t, f in fits.items()})
-        offsets = np.cumsum([0] + [len(ks) for ks in kernels])
-        return self._assemble(graphs, kernels, flat, offsets, set(missing))
+        return batch, set(missing)
+
+    def regressors(self) -> dict[str, Any]:
+        """Regressor per group of a FeatureBatch: per kernel type, and the fallback's."""
+        fits = dict(self.types)
+        if self.fallback is not None:
+            fits[self.fallback.kernel_type] = self.fallback
+        return {t: f.regressor for t, f in fits.items()}
 
     def _assemble(self, graphs, kernels, flat, offsets, missing: set[str]) -> list[Prediction]:
         n = np.diff(offsets)

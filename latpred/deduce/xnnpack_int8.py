@@ -16,6 +16,8 @@ them (calibrated scales rarely leave XNNPACK's range).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from latpred.graph import Graph, Op
 from latpred.tflite.quantize import FIXED, FREE, SAME_SCALE
 
@@ -55,24 +57,21 @@ def quantized(graph: Graph, op: Op, precision: str | None) -> bool:
     return precision == "int8" and floating and op.type in _QUANTIZABLE
 
 
+def may_quantize(graph: Graph, precision: str | None) -> bool:
+    """False when `quantized` is False for every op of `graph` (no 8-bit tensor, a float
+    target): checked once per graph instead of per op."""
+    return precision == "int8" or any(t.dtype in _EIGHT_BIT for t in graph.tensors)
+
+
 def declined(graph: Graph, op: Op) -> str:
     """Why the delegate leaves quantized `op` to TFLite ("" when XNNPACK takes it)."""
-    if op.type not in _VISITED:
-        return f"XNNPACK has no {op.type} (VisitNode)"
-    if op.type in _FLOAT_ONLY:
-        return f"XNNPACK's {op.type} takes float tensors only (CheckTensorFloatType)"
+    why = _op_rules(op)
+    if why or graph.tensors[op.outputs[0]].quantization is None:   # a float graph: no scales
+        return why
     if any(graph.tensors[t].quantization.per_channel for t in (*op.inputs, *op.outputs)
            if t >= 0 and not graph.tensors[t].is_constant and graph.tensors[t].quantization):
         # Check*Type (:2284-:2440): 8-bit activations must be quantized per tensor
         return "a per-channel quantized activation (Check*Type wants one scale)"
-    if op.activation in _BAD_FUSED:
-        return f"fused {op.activation} (ConvertActivationToOutputRange)"
-    if op.type == "MAX_POOL_2D":
-        return _pooling(op)
-    if op.type == "SPLIT" and not 2 <= len(op.outputs) <= 4:
-        return f"SPLIT into {len(op.outputs)} outputs (VisitSplitNode: 2 to 4)"
-    if op.type == "CONCATENATION" and not 2 <= len(op.inputs) <= 5:
-        return f"CONCATENATION of {len(op.inputs)} inputs (VisitConcatenationNode: 2 to 5)"
     if op.type == "FULLY_CONNECTED":
         return _fc_zero_point(graph, op)
     if op.type in ("ADD", "SUB"):
@@ -82,6 +81,24 @@ def declined(graph: Graph, op: Op) -> str:
     if op.type == "MUL":
         # VisitBinaryNode: input1 scale * input2 scale / output scale in [1/65536, 256)
         return _scale_range(graph, op, list(op.inputs[:2]), 1 / 65536, 256)
+    return ""
+
+
+@lru_cache(maxsize=1 << 14)
+def _op_rules(op: Op) -> str:
+    """The checks that read the op alone (cached: NAS candidates share their ops)."""
+    if op.type not in _VISITED:
+        return f"XNNPACK has no {op.type} (VisitNode)"
+    if op.type in _FLOAT_ONLY:
+        return f"XNNPACK's {op.type} takes float tensors only (CheckTensorFloatType)"
+    if op.activation in _BAD_FUSED:
+        return f"fused {op.activation} (ConvertActivationToOutputRange)"
+    if op.type == "MAX_POOL_2D":
+        return _pooling(op)
+    if op.type == "SPLIT" and not 2 <= len(op.outputs) <= 4:
+        return f"SPLIT into {len(op.outputs)} outputs (VisitSplitNode: 2 to 4)"
+    if op.type == "CONCATENATION" and not 2 <= len(op.inputs) <= 5:
+        return f"CONCATENATION of {len(op.inputs)} inputs (VisitConcatenationNode: 2 to 5)"
     return ""
 
 

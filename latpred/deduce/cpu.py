@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from latpred.deduce import xnnpack_int8 as xi
 from latpred.deduce.kernel import BUILTIN_PREFIX, KERNEL_TYPES, Kernel
-from latpred.deduce.optypes import channelwise, kernel_type, spatial_zero_pad
+from latpred.deduce.optypes import TENSOR_DEPENDENT, channelwise, kernel_type, spatial_zero_pad
 from latpred.deduce.rulesets import CpuRuleSet
 from latpred.graph import Graph
 
@@ -33,23 +33,66 @@ def deduce_cpu(graph: Graph, rules: CpuRuleSet, precision: str | None = None) ->
 
     `precision` is the target's: an fp32 graph deduced for int8 is taken as the int8 model it
     will be written as (for `rules.int8_declines`)."""
-    whys = [_builtin_why(graph, op, rules, precision) for op in graph.ops]
+    whys = _builtin_whys(graph, rules, precision)
     # XNNPACK folds a PAD only into a convolution it runs itself.
-    folded = {c: p for c, p in _folded_pads(graph).items() if not whys[c]} \
+    folded = {c: p for c, p in _folded_pads(graph).items() if not (whys and whys[c])} \
         if rules.fuses_pad else {}
     skip = set(folded.values())
+    plain = _plain_kernels(rules)
     kernels = []
-    for i, op in enumerate(graph.ops):
+    for i, (op, ktype) in enumerate(zip(graph.ops, _cpu_types(graph, rules))):
         if i in skip:
             continue
-        ktype = _cpu_type(graph, op, rules)
-        if whys[i]:
+        if whys and whys[i]:
             kernels.append(_builtin(BUILTIN_PREFIX + ktype, i, op.type, rules, whys[i]))
         elif i in folded:
             kernels.append(_with_pad(ktype, i, folded[i], op.type, rules))
-        else:
-            kernels.append(_kernel(ktype, i, op.type, rules, ""))
+        else:   # the common case: a dict of (type, index, op type), not _kernel's lru key
+            key = (ktype, i, op.type)
+            k = plain.get(key)
+            if k is None:
+                k = plain[key] = _kernel(ktype, i, op.type, rules, "")
+            kernels.append(k)
     return kernels
+
+
+@lru_cache(maxsize=16)
+def _plain_kernels(rules: CpuRuleSet) -> dict[tuple[str, int, str], Kernel]:
+    """The kernels made so far for `rules`, by (kernel type, op index, op type): hashing the
+    rule set once per graph instead of once per op (its dataclass hash is Python code)."""
+    return _Bounded()
+
+
+class _Bounded(dict):
+    """A dict that starts again past `_kernel`'s cache size (a NAS space holds far fewer)."""
+
+    def __setitem__(self, key, value) -> None:
+        if len(self) >= 1 << 16:
+            self.clear()
+        super().__setitem__(key, value)
+
+
+def _builtin_whys(graph: Graph, rules: CpuRuleSet, precision: str | None) -> list[str] | None:
+    """Per op, why it runs as TFLite's builtin kernel; None when no op is quantized (a float
+    graph on a float target, the common case, told from its tensors at once)."""
+    if not rules.int8_declines or not xi.may_quantize(graph, precision):
+        return None
+    return [_builtin_why(graph, op, rules, precision) for op in graph.ops]
+
+
+def _cpu_types(graph: Graph, rules: CpuRuleSet) -> list[str]:
+    """Per op, its kernel type; looked up once per op type, but for the op types whose kernel
+    type depends on their tensors (a NAS candidate has ~150 ops of ~10 types)."""
+    of_type: dict[str, str] = {}
+    out = []
+    for op in graph.ops:
+        ktype = of_type.get(op.type)
+        if ktype is None:
+            ktype = _cpu_type(graph, op, rules)
+            if op.type not in TENSOR_DEPENDENT:
+                of_type[op.type] = ktype
+        out.append(ktype)
+    return out
 
 
 def _builtin_why(graph: Graph, op, rules: CpuRuleSet, precision: str | None) -> str:

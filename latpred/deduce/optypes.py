@@ -34,6 +34,10 @@ ELEMENTWISE_OPS = frozenset({
 })
 
 
+# The op types whose `kernel_type` depends on their tensors, not on the op type alone.
+TENSOR_DEPENDENT = frozenset({"CONV_2D"})
+
+
 def kernel_type(graph: Graph, op: Op) -> str:
     """The kernel type of `op` run as a single kernel; a grouped CONV_2D is `grouped_conv2d`."""
     if op.type == "CONV_2D" and _groups(graph, op) > 1:

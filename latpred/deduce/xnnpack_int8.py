@@ -17,11 +17,14 @@ them (calibrated scales rarely leave XNNPACK's range).
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import attrgetter
 
 from latpred.graph import Graph, Op
 from latpred.tflite.quantize import FIXED, FREE, SAME_SCALE
 
 _EIGHT_BIT = ("int8", "uint8")
+_EIGHT_BIT_SET = frozenset(_EIGHT_BIT)
+_dtype = attrgetter("dtype")
 _QUANTIZABLE = FREE | SAME_SCALE | FIXED.keys()
 
 # VisitNode's switch (:3153): the builtin ops the delegate has a Visit* function for at all.
@@ -60,7 +63,7 @@ def quantized(graph: Graph, op: Op, precision: str | None) -> bool:
 def may_quantize(graph: Graph, precision: str | None) -> bool:
     """False when `quantized` is False for every op of `graph` (no 8-bit tensor, a float
     target): checked once per graph instead of per op."""
-    return precision == "int8" or any(t.dtype in _EIGHT_BIT for t in graph.tensors)
+    return precision == "int8" or not _EIGHT_BIT_SET.isdisjoint(map(_dtype, graph.tensors))
 
 
 def declined(graph: Graph, op: Op) -> str:

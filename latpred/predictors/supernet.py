@@ -99,8 +99,12 @@ class BlockScores:
         owner = np.repeat(np.arange(m), lengths)
         n = np.bincount(owner, self.n_kernels[blocks], minlength=m)
         context = context_bytes(np.bincount(owner, self.moved[blocks], minlength=m))
+        # A batch's subnets share few contexts (rounded to 1/8 octave): number them, so that
+        # (block, context) and (configuration, context) pairs are single ints to deduplicate.
+        contexts, code = np.unique(context, return_inverse=True)
         sums = np.bincount(owner, self.plain_ms[blocks], minlength=m)
-        sums += np.bincount(owner, self._context_ms(blocks, context[owner]), minlength=m)
+        sums += np.bincount(owner, self._context_ms(blocks, code.reshape(-1)[owner], contexts),
+                            minlength=m)
         return sums + self.model.overhead.predict(n, sums)
 
     def _block_ids(self, subnets: Iterable[Sequence[Hashable]]) -> tuple[np.ndarray, list[int]]:
@@ -113,34 +117,37 @@ class BlockScores:
         lengths = list(map(len, ids))
         return np.fromiter(flatten.from_iterable(ids), dtype=np.intp, count=sum(lengths)), lengths
 
-    def _context_ms(self, blocks: np.ndarray, context: np.ndarray) -> np.ndarray:
-        """Per (block, its subnet's context): the block's context kernels' summed latency."""
+    def _context_ms(self, blocks: np.ndarray, code: np.ndarray, contexts: np.ndarray
+                    ) -> np.ndarray:
+        """Per (block, its subnet's context number): the block's context kernels' summed
+        latency."""
         if not len(self._ctx_config) or not len(blocks):
             return np.zeros(len(blocks))
-        uniq, back = np.unique(np.column_stack([blocks, context]), axis=0, return_inverse=True)
-        ub, uc = uniq[:, 0].astype(np.intp), uniq[:, 1]
+        k = len(contexts)
+        uniq, back = np.unique(blocks * k + code, return_inverse=True)
+        ub, uc = uniq // k, uniq % k
         starts, lengths = self._ptr[ub], self._ptr[ub + 1] - self._ptr[ub]
         pair = np.repeat(np.arange(len(ub)), lengths)
         entry = np.arange(lengths.sum()) + np.repeat(starts - (np.cumsum(lengths) - lengths),
                                                      lengths)
-        ms = self._predict_context(self._ctx_config[entry], uc[pair]) * self._ctx_count[entry]
-        return np.bincount(pair, ms, minlength=len(ub))[back.reshape(-1)]
+        ms = self._predict_context(self._ctx_config[entry], uc[pair], contexts)
+        return np.bincount(pair, ms * self._ctx_count[entry], minlength=len(ub))[back]
 
-    def _predict_context(self, config: np.ndarray, context: np.ndarray) -> np.ndarray:
-        """Latency of configurations at contexts: one regressor call per group, each distinct
-        (configuration, context) once."""
+    def _predict_context(self, config: np.ndarray, code: np.ndarray, contexts: np.ndarray
+                         ) -> np.ndarray:
+        """Latency of configurations at numbered contexts: one regressor call per group, each
+        distinct (configuration, context) once."""
         out = np.empty(len(config))
         regressors = self.model.regressors()
-        group = self._group_of[config]
+        group, k = self._group_of[config], len(contexts)
         for gi, name in enumerate(self._groups):
             mine = np.flatnonzero(group == gi)
             if not len(mine):
                 continue
-            uniq, back = np.unique(np.column_stack([config[mine], context[mine]]), axis=0,
-                                   return_inverse=True)
-            X = self._rows[name][self._row_of[uniq[:, 0].astype(np.intp)]]   # a copy
-            X[:, self._col[name]] = uniq[:, 1]
-            out[mine] = regressors[name].predict(X)[back.reshape(-1)]
+            uniq, back = np.unique(config[mine] * k + code[mine], return_inverse=True)
+            X = self._rows[name][self._row_of[uniq // k]]   # a copy
+            X[:, self._col[name]] = contexts[uniq % k]
+            out[mine] = regressors[name].predict(X)[back]
         return out
 
     # -- checking ------------------------------------------------------------------------------

@@ -72,8 +72,10 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
                     held.append(op)
                     kind = op_ids[id(op)] = op_kinds.setdefault((op.type, op.attrs),
                                                                 len(op_kinds))
-                key = (k.type, k.part, kind, tuple(map(at, op.inputs)),
-                       tuple(map(at, op.outputs)))
+                # One flat tuple of ints (and two interned strings): hashed and compared
+                # faster than nested tuples. The input count keeps inputs apart from outputs.
+                ins = op.inputs
+                key = (k.type, k.part, kind, len(ins), *map(at, ins), *map(at, op.outputs))
             else:
                 key = _kernel_key(ops, k, sig)
             cid = seen_get(key)

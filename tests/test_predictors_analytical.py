@@ -71,7 +71,7 @@ def test_cpu_target_gets_the_gemm_columns_but_no_tile_ones(cpu_data):
 def test_prediction_computes_the_trained_columns(gpu_data):
     """Batched, deduplicated prediction equals featurizing each kernel with its columns."""
     from latpred.deduce import deduce
-    from latpred.features import kernel_features
+    from latpred.features import CONTEXT, context_bytes, kernel_features
     from latpred.features.tile import analytical_features
 
     model = LatencyModel.fit(gpu_data, GPU, family="gbdt", search="none",
@@ -81,9 +81,13 @@ def test_prediction_computes_the_trained_columns(gpu_data):
     preds = model.predict_many(graphs)
     checked = 0
     for g, p in zip(graphs[:4], preds[:4]):
-        for k, ms in zip(deduce(g, target), p.kernel_ms):
+        kernels = deduce(g, target)
+        own = [kernel_features(g, k, target) for k in kernels]
+        # the graph-level column: the bytes all the graph's kernels move (features.kernel)
+        context = float(context_bytes(sum(f["bytes_read"] + f["bytes_written"] for f in own)))
+        for k, kf, ms in zip(kernels, own, p.kernel_ms):
             fit = model.types[k.type]
-            f = {**kernel_features(g, k, target), **analytical_features(g, k, target)}
+            f = {**kf, **analytical_features(g, k, target), CONTEXT: context}
             x = np.array([[f[n] for n in fit.features]])
             assert np.isclose(fit.regressor.predict(x)[0], ms, rtol=1e-12)
             checked += k.type in CONV_LIKE

@@ -39,7 +39,8 @@ from latpred.graph import Graph
 
 class BlockScores:
     """Per-block caches of a LatencyModel's predictions (module docstring); `blocks` maps a
-    key of the caller's choosing to each block's graph (one input, one output)."""
+    key of the caller's choosing to each block's graph (one input, one output). With
+    `allow_fallback`, `fallback_types` lists the kernel types the flagged fallback predicts."""
 
     def __init__(self, model: Any, blocks: Mapping[Hashable, Graph], *,
                  allow_fallback: bool = False) -> None:

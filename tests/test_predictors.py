@@ -480,3 +480,22 @@ def test_a_constant_column_with_rounding_noise_standardises_to_zero():
     assert scale[0] == 1.0
     unseen = (np.array([np.log1p(5.0), 3.0]) - mean) / scale
     assert abs(unseen[0]) < 1.0
+
+
+def test_training_runs_with_one_blas_thread(monkeypatch):
+    """Idle BLAS/OpenMP pool threads spin on a busy shared machine; the fits use one."""
+    from threadpoolctl import threadpool_info
+
+    from latpred.predictors import training
+    from latpred.predictors.search import load_search
+
+    seen = []
+
+    def record(*args, **kwargs):
+        seen.append({i["internal_api"]: i["num_threads"] for i in threadpool_info()})
+        return None
+
+    monkeypatch.setattr(training, "fit_type", record)
+    rows = pd.DataFrame({"kernel_type": ["a", "a", "b"], "latency_ms": [1.0, 2.0, 3.0]})
+    training.fit_all_types(rows, load_search("lasso", "none"))
+    assert len(seen) == 2 and all(set(s.values()) <= {1} for s in seen)

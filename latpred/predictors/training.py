@@ -192,11 +192,17 @@ def fit_all_types(kernels: pd.DataFrame, spec: SearchSpec, seed: int = 0,
     `progress(kernel_type, rows, total_rows)` is called before each type is fitted; `schema`
     gives some kernel types other feature columns than their `feature_schema`.
     """
+    from threadpoolctl import threadpool_limits
+
     schema = schema or {}
     fits: dict[str, TypeFit] = {}
     groups = sorted(kernels.groupby("kernel_type"), key=lambda kv: -len(kv[1]))
-    for ktype, rows in groups:
-        if progress:
-            progress(str(ktype), len(rows), len(kernels))
-        fits[ktype] = fit_type(ktype, rows, spec, seed, schema.get(ktype))
+    # One BLAS/OpenMP thread: the fits are single-threaded by design (LightGBM n_jobs=1, the
+    # Lasso's coordinate descent), and idle pool threads spinning on a busy shared machine
+    # made training 3-8x slower on this project's 2-core VMs.
+    with threadpool_limits(limits=1):
+        for ktype, rows in groups:
+            if progress:
+                progress(str(ktype), len(rows), len(kernels))
+            fits[ktype] = fit_type(ktype, rows, spec, seed, schema.get(ktype))
     return fits

@@ -122,11 +122,16 @@ def op_features(graph: Graph, op_index: int, precision: str | None = None) -> Fe
          "output_c": oc, "input_size": in_elems, "output_size": out_elems, "n_inputs": n_in,
          "n_outputs": len(op.outputs), "flops": 0, "bytes_read": in_bytes + params,
          "bytes_written": out_bytes, "param_bytes": params,
-         "op_code": OPERATOR_CODES.get(op.type, -1)}
+         "op_code": op_code(op.type)}
     extra = _CATEGORY.get(op.type)
     if extra is not None:
         extra(tensors, op, f, main)
     return f
+
+
+def op_code(op_type: str) -> int:
+    """The `op_code` feature: the op's TFLite builtin code, -1 for an op without one."""
+    return OPERATOR_CODES.get(op_type, -1)
 
 
 # -- categories (each adds to the generic dict in place) ---------------------------------------

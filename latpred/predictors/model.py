@@ -102,8 +102,7 @@ class LatencyModel:
         family_class(family)
         if kernels.empty:
             raise PredictorError(f"No measured kernel of target {target} to train on.")
-        if "f_context_bytes" not in kernels:   # tables built outside load_tables (ablations)
-            kernels = with_graph_columns(kernels)
+        kernels = with_graph_columns(kernels)   # tables built outside load_tables (ablations)
         spec = search if isinstance(search, SearchSpec) else load_search(family, search)
         if spec.family != family:
             raise PredictorError(f"The search is for the {spec.family} family, not {family}.")

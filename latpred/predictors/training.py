@@ -67,10 +67,13 @@ def kernel_rows(kernels: pd.DataFrame) -> pd.DataFrame:
 
 def with_graph_columns(kernels: pd.DataFrame) -> pd.DataFrame:
     """`f_op_code` where missing and `f_context_bytes`, the bytes all kernels of the row's model
-    read and write (see `latpred.features.kernel`), summed over every row of the model."""
+    read and write (see `latpred.features.kernel`), summed over every row of the model; tables
+    that already have it (datasets never store it) are left as they are."""
     from latpred.features import CONTEXT, context_bytes
 
     kernels = with_op_code(kernels)
+    if FEATURE_PREFIX + CONTEXT in kernels:
+        return kernels
     moved = kernels[FEATURE_PREFIX + "bytes_read"] + kernels[FEATURE_PREFIX + "bytes_written"]
     total = moved.groupby(kernels["model_id"]).transform("sum").to_numpy(np.float64)
     return kernels.assign(**{FEATURE_PREFIX + CONTEXT: context_bytes(total)})
@@ -82,10 +85,10 @@ def with_op_code(kernels: pd.DataFrame) -> pd.DataFrame:
     col = FEATURE_PREFIX + "op_code"
     if "ops" not in kernels or (col in kernels and kernels[col].notna().all()):
         return kernels
-    from latpred.tflite.options import OPERATOR_CODES
+    from latpred.features.operation import op_code
 
     main = kernels["ops"].astype(str).str.split("+", n=1).str[0]
-    code = main.map(lambda name: OPERATOR_CODES.get(name, -1)).astype(np.float64)
+    code = main.map(op_code).astype(np.float64)
     return kernels.assign(**{col: kernels[col].fillna(code) if col in kernels else code})
 
 
@@ -106,7 +109,8 @@ def feature_schema(kernel_type: str, rows: pd.DataFrame) -> tuple[str, ...]:
 
     `latpred.features.FEATURES[kernel_type]` for the kernel types featurization knows (the
     dataset must hold all of them); for any other type, the f_ columns with a value on every
-    row but `context_bytes` (the dataset writes NaN where a feature does not apply to a kernel type).
+    row but `context_bytes` (the dataset writes NaN where a feature does not apply to a kernel
+    type).
     """
     from latpred.features import FEATURES
 

@@ -140,6 +140,14 @@ _BLOCKS: dict[str, dict[str, tuple[Callable, tuple | None]]] = {
     "convnext": {"kernel": (_odd, None), "expansion": (_ints, None)},
     "split": {"parts": (lambda v, w, k: _ints(v, w, k, low=2), None),
               "elementwise": (_names(ELEMENTWISE), None)},
+    # RegNet's X / Y block (Radosavovic et al. 2020, "Designing Network Design Spaces", the
+    # AnyNetX block; torchvision's ResBottleneckBlock): 1x1 conv to w / bottleneck, a 3x3
+    # grouped conv of `group_width` channels per group (stride here), [squeeze-and-excite to a
+    # quarter of the block's input width (RegNetY)], 1x1 linear conv to w, and the block's own
+    # shortcut (identity, or a 1x1 strided projection where the shape changes) added with the
+    # space's activation. Real RegNets run grouped convs with 14-55 groups of 8-24 channels.
+    "xblock": {"group_width": (_ints, None), "bottleneck": (_ints, (1,)),
+               "se": (_bools, (False,))},
 }
 
 
@@ -333,12 +341,16 @@ def _draw(space: SearchSpace, seed: int, index: int, pick: Callable) -> dict:
         btype = pick(stage.blocks or tuple(space.blocks))
         # Choices that depend on the block's channels are drawn below, not here.
         params = {k: pick(v) for k, v in space.blocks[btype].items()
-                  if k not in ("group_size", "elementwise")}
+                  if k not in ("group_size", "elementwise", "group_width")}
         if btype in _KEEPS_CHANNELS:
             out = channels
         elif btype == "conv":
             params["groups"], out = _groups_and_channels(
                 pick, params.pop("grouped"), space.blocks["conv"]["group_size"], channels,
+                stage_channels)
+        elif btype == "xblock":
+            params["group_width"], out = _group_width_and_channels(
+                pick, space.blocks["xblock"]["group_width"], params["bottleneck"],
                 stage_channels)
         else:
             out = pick(stage_channels)
@@ -352,7 +364,7 @@ def _draw(space: SearchSpace, seed: int, index: int, pick: Callable) -> dict:
             pending = need - (stride == 2)
             layers.append(_layer(btype, params, stride, out,
                                  residual=skip == "identity" and stride == 1 and channels == out
-                                 and btype != "convnext"))   # it has its own
+                                 and btype not in _OWN_SHORTCUT))
             channels = out
     arch = {"format": ARCH_FORMAT, "space": space.name, "seed": seed, "index": index,
             "input": shape, "activation": space.activation, "stem": stem, "blocks": layers,
@@ -374,10 +386,25 @@ def _groups_and_channels(pick: Callable, grouped: bool, sizes: tuple[int, ...], 
     return groups, pick([c for c in allowed if c % groups == 0])
 
 
+def _group_width_and_channels(pick: Callable, widths: tuple[int, ...], bottleneck: int,
+                              allowed: tuple[int, ...]) -> tuple[int, int]:
+    """Group width and output channels of an xblock: as RegNet makes them compatible, the
+    bottleneck width (channels / bottleneck) is a multiple of the group width. The group width
+    is drawn among those some allowed channel count fits, then the channels among those."""
+    fits = [g for g in widths if any(c % (g * bottleneck) == 0 for c in allowed)]
+    if not fits:
+        raise ConfigError(f"xblock: no group width in {list(widths)} with bottleneck "
+                          f"{bottleneck} divides any of the channels {list(allowed)}.")
+    width = pick(fits)
+    return width, pick([c for c in allowed if c % (width * bottleneck) == 0])
+
+
 _LAYER_KEYS = {"conv": ("kernel", "groups"), "dwsep": ("kernel",),
                "bottleneck": ("kernel", "expansion", "se"), "pool": ("kind", "size"),
-               "split": ("parts", "elementwise"), "convnext": ("kernel", "expansion")}
+               "split": ("parts", "elementwise"), "convnext": ("kernel", "expansion"),
+               "xblock": ("group_width", "bottleneck", "se")}
 _KEEPS_CHANNELS = ("pool", "split", "convnext")
+_OWN_SHORTCUT = ("convnext", "xblock")   # blocks with their own residual connection
 _NO_STRIDE = ("split", "convnext")   # blocks that cannot downsample hand the stride on
 
 
@@ -389,7 +416,7 @@ def _layer(btype: str, params: dict, stride: int, out: int, residual: bool) -> d
              **{k: params[k] for k in _IDIOM_KEYS if k in params}}
     if btype not in _NO_STRIDE:
         layer["stride"] = stride
-    if btype in ("conv", "dwsep", "bottleneck"):
+    if btype in ("conv", "dwsep", "bottleneck", "xblock"):
         layer["channels"] = out
     layer["residual"] = residual
     return layer
@@ -526,8 +553,22 @@ def _convnext(b, x: int, layer: dict, act: str, cin: int) -> int:
     return b.add(x, y)                            # the block's own residual
 
 
+def _xblock(b, x: int, layer: dict, act: str, cin: int) -> int:
+    out, stride = layer["channels"], layer["stride"]
+    width = out // layer["bottleneck"]
+    y = b.conv2d(x, width, 1, activation=act)
+    y = b.conv2d(y, width, 3, stride=stride, groups=width // layer["group_width"],
+                 activation=act)
+    if layer["se"]:
+        y = b.squeeze_excite(y, reduced=max(1, round(0.25 * cin)))
+    y = b.conv2d(y, out, 1)
+    if stride != 1 or cin != out:
+        x = b.conv2d(x, out, 1, stride=stride)
+    return b.add(x, y, activation=act)
+
+
 _BUILD = {"conv": _conv, "dwsep": _dwsep, "bottleneck": _bottleneck, "pool": _pool,
-          "split": _split, "convnext": _convnext}
+          "split": _split, "convnext": _convnext, "xblock": _xblock}
 
 
 # -- writing -----------------------------------------------------------------------------------

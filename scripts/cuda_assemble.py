@@ -3,6 +3,9 @@
     python scripts/cuda_assemble.py --kind zoo --out datasets/h100-cuda-zoo RUN_DIR...
     python scripts/cuda_assemble.py --kind synthetic --out datasets/h100-cuda-synthetic RUN_DIR...
 
+A synthetic dataset's models are of the space the calls' env.json names (`--space` of
+scripts/cuda_campaign.py; synthetic_cnn for calls made before it had one).
+
 Each RUN_DIR holds a device call's `env.json`, `zoo.jsonl` / `synthetic.jsonl` and
 `retest.jsonl`. Per measured model and target: a model row (CUDA-graph replay figures) and one
 kernel row per latpred Kernel that `deduce(graph, target)` gives for the `pytorch-cuda` rule set,
@@ -174,7 +177,8 @@ def main() -> None:
     main_rows = {(r["model_id"], r["target"]): r for r in rows}
     graphs = {}
     model_rows, krows = [], []
-    space = "zoo" if a.kind == "zoo" else "synthetic_cnn"
+    space = "zoo" if a.kind == "zoo" else \
+        next((e.get("space", "synthetic_cnn") for e in envs.values()), "synthetic_cnn")
     for r in tqdm(rows, desc="assemble", unit="model"):
         g = graphs.get(r["model_id"]) or graphs.setdefault(r["model_id"], graph_of(r["arch"]))
         model_rows.append(model_row(r, space))

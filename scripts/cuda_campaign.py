@@ -9,7 +9,8 @@ seconds have passed -> `--retest` of the measured synthetic models (spread over 
 every zoo model of the first zoo target measured again, for the test-retest noise figures.
 Graphs are built by `--workers` processes. Each model is one JSON line (figures, kernels per op,
 clocks, architecture) appended and flushed at once, so a killed run keeps what it measured:
-`<out>/zoo.jsonl`, `synthetic.jsonl`, `retest.jsonl`, and `env.json`. `scripts/cuda_assemble.py`
+`<out>/zoo.jsonl`, `synthetic.jsonl`, `retest.jsonl`, and `env.json`. `--space regnet_cnn` samples another space of
+`search_space/` (the JSON lines still say "synthetic": sampled, not zoo). `scripts/cuda_assemble.py`
 turns them into datasets.
 """
 
@@ -31,7 +32,7 @@ from latpred.profile.cuda import (CudaProtocol, environment, measure_many,  # no
                                   protocol_dict)
 from latpred.target import parse_target  # noqa: E402
 
-SPACE = Path(__file__).resolve().parent.parent / "search_space" / "synthetic_cnn.yaml"
+SPACES = Path(__file__).resolve().parent.parent / "search_space"
 
 
 def _build(arch: dict):
@@ -77,6 +78,8 @@ def main() -> None:
                     help="the zoo pass re-measures models shipped before: write it as retests")
     ap.add_argument("--synthetic", type=int, default=0)
     ap.add_argument("--synthetic-target", default="h100/cuda/fp16")
+    ap.add_argument("--space", default="synthetic_cnn",
+                    help="the search_space/<name>.yaml the sampled models are drawn from")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--budget-s", type=float, default=480)
@@ -98,7 +101,7 @@ def main() -> None:
 
     torch.backends.cudnn.benchmark = False
     env = {**environment(), "protocol": protocol_dict(protocol), "argv": sys.argv[1:],
-           "seed": a.seed, "space": "synthetic_cnn", "date": time.strftime("%Y-%m-%d")}
+           "seed": a.seed, "space": a.space, "date": time.strftime("%Y-%m-%d")}
     (out / "env.json").write_text(json.dumps(env, indent=1))
     print(json.dumps(env), flush=True)
 
@@ -119,7 +122,7 @@ def main() -> None:
                           f"{r.get('error', '')}", flush=True)
 
     target = parse_target(a.synthetic_target)
-    space = sampler.load_space(SPACE)
+    space = sampler.load_space(SPACES / f"{a.space}.yaml")
     archs = [sampler.sample_one(space, a.seed, i) for i in range(a.start, a.start + a.synthetic)]
     done = []
     stop = a.budget_s - a.retest_s

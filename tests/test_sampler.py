@@ -496,3 +496,75 @@ def test_a_flops_window_keeps_draws_between_its_bounds():
     space = load_space(SPACES / "converter_large.yaml")
     flops = [_flops(a) for a in sample(space, 6, 1)]
     assert all(space.min_flops <= f <= space.max_flops for f in flops)
+
+
+# -- RegNet's design space (search_space/regnet_cnn.yaml) ----------------------------------------
+REGNET = SPACES / "regnet_cnn.yaml"
+
+
+def _regnet_as_arch(depths, widths, group_width, se, head):
+    """A zoo RegNet's body written in the space format (bottleneck 1, ReLU, 224 input)."""
+    blocks = [{"type": "xblock", "group_width": group_width, "bottleneck": 1, "se": se,
+               "stride": 2 if i == 0 else 1, "channels": w, "residual": False}
+              for d, w in zip(depths, widths) for i in range(d)]
+    return {"format": 1, "space": "regnet_cnn", "seed": 0, "index": 0, "input": [224, 224, 3],
+            "activation": "RELU", "stem": {"kernel": 3, "stride": 2, "channels": 32},
+            "blocks": blocks, "head": {"channels": head, "classes": 1000, "softmax": True}}
+
+
+@pytest.mark.parametrize("variant, depths, widths, group_width, se", [
+    ("x_400mf", (1, 2, 7, 12), (32, 64, 160, 400), 16, False),
+    ("y_400mf", (1, 3, 6, 6), (48, 104, 208, 440), 8, True)])
+def test_xblocks_rebuild_the_zoos_regnets(variant, depths, widths, group_width, se):
+    # The zoo's RegNets are checked against the published parameter counts (tests/test_zoo.py);
+    # the same stage table through the space's xblock gives the same body. The sampler's head
+    # adds a 1x1 conv to `head` channels before the classifier that RegNet does not have.
+    from latpred.zoo import build as build_zoo
+    from latpred.zoo import param_count
+
+    head, last = 640, widths[-1]
+    ours = build_graph(_regnet_as_arch(depths, widths, group_width, se, head))
+    zoo = build_zoo(f"regnet_{variant}")
+    assert param_count(ours) == param_count(zoo) - (last * 1000 + 1000) \
+        + (last * head + head) + (head * 1000 + 1000)
+
+    def grouped(g):
+        return [(op.attr("groups"), g.tensors[op.inputs[0]].shape) for op in g.ops
+                if op.type == "CONV_2D" and op.attr("groups", 1) > 1]
+    assert grouped(ours) == grouped(zoo) and len(grouped(ours)) == sum(depths)
+
+
+def test_regnet_space_draws_many_groups_of_compatible_widths():
+    archs = sample(REGNET, 40, 3)
+    groups = []
+    for arch in archs:
+        assert [layer["stride"] for layer in arch["blocks"]].count(2) == 4
+        for layer in arch["blocks"]:
+            width = layer["channels"] // layer["bottleneck"]
+            assert layer["channels"] % layer["bottleneck"] == 0
+            assert width % layer["group_width"] == 0
+            groups.append(width // layer["group_width"])
+        # each block has its own shortcut: a projection where the shape changes
+        g = build_graph(arch)
+        assert sum(op.type == "ADD" for op in g.ops) == len(arch["blocks"])
+    groups.sort()
+    assert groups[len(groups) // 2] >= 6 and groups[-1] >= 30   # RegNets run 14-55 groups
+    assert sample(REGNET, 5, 3) == archs[:5]
+
+
+def test_regnet_space_models_run_on_litert():
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    import numpy as np
+
+    from latpred.tflite import write_tflite
+
+    arch = sample_one(load_space(REGNET), 0, 1)
+    graph = build_graph(arch)
+    interpreter = litert.Interpreter(model_content=write_tflite(graph), num_threads=1)
+    interpreter.allocate_tensors()
+    size = arch["input"][0]
+    image = np.random.default_rng(0).standard_normal((1, size, size, 3), dtype=np.float32)
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], image)
+    interpreter.invoke()
+    out = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    assert out.shape == (1, 1000) and np.isclose(out.sum(), 1.0, atol=1e-3)

@@ -171,6 +171,18 @@ def test_activations_of_one_shape_differ_only_by_op_code():
     assert all({k: v for k, v in r.items() if k != "op_code"} == same for r in rows.values())
 
 
+def test_op_code_table_is_the_installed_schemas():
+    # op_code reads the codes from a data file so that machines without LiteRT can featurize;
+    # the file must stay LiteRT's BuiltinOperator enum exactly.
+    import json
+    from importlib.resources import files
+
+    from latpred.tflite.options import OPERATOR_CODES
+
+    table = json.loads(files("latpred.features").joinpath("tflite_op_codes.json").read_text())
+    assert table["codes"] == OPERATOR_CODES
+
+
 def test_precision_scales_float_bytes():
     b = GraphBuilder()
     b.conv2d(b.input((1, 8, 8, 4)), 8, 3)

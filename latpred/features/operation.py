@@ -49,12 +49,12 @@ Element-wise and activations (ADD, MUL, RELU, LOGISTIC, SOFTMAX, QUANTIZE, ...):
 
 from __future__ import annotations
 
+from functools import lru_cache
 from math import prod
 from typing import Callable
 
 from latpred.graph import Graph, Op, Tensor
 from latpred.shapes import BINARY, REDUCE, UNARY
-from latpred.tflite.options import OPERATOR_CODES
 
 Features = dict[str, float]
 _ONES = (1, 1)
@@ -131,7 +131,19 @@ def op_features(graph: Graph, op_index: int, precision: str | None = None) -> Fe
 
 def op_code(op_type: str) -> int:
     """The `op_code` feature: the op's TFLite builtin code, -1 for an op without one."""
-    return OPERATOR_CODES.get(op_type, -1)
+    return _op_codes().get(op_type, -1)
+
+
+@lru_cache(maxsize=1)
+def _op_codes() -> dict[str, int]:
+    # LiteRT's BuiltinOperator codes, kept as data (tflite_op_codes.json, checked against the
+    # installed schema by a test) so that machines without LiteRT (the CUDA device machine)
+    # can still sample, deduce and measure.
+    import json
+    from importlib.resources import files
+
+    return json.loads(files("latpred.features").joinpath("tflite_op_codes.json").read_text())[
+        "codes"]
 
 
 # -- categories (each adds to the generic dict in place) ---------------------------------------

@@ -187,10 +187,11 @@ def cat(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
 
 def split(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> list[Val]:
     """One SLICE per part, as litert-torch lowers split_with_sizes; a 4-D input is split in
-    NHWC (its layout pass rewrites the split's dim, layout_rewrite.py dim_attr_rewriter)."""
+    NHWC (its layout pass rewrites the split's dim, layout_rewrite.py dim_attr_rewriter) unless
+    `_split_layout` finds torch's order cheaper."""
     x = _like(lw, args[0])
     if x.rank == 4:
-        x = lw.nhwc(x)
+        x = lw.to_layout(x, _split_layout(lw, n, x))
     dim = int(_arg(args, kw, 2, "dim", 0)) % x.rank
     axis, shape = x.perm.index(dim), lw.b.shape(x.tid)
     vals, start = [], 0
@@ -206,6 +207,32 @@ def split(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> list[Val]:
         vals.append(lw.val(tid, out, x.perm))
         start += out[dim]
     return vals
+
+
+_TORCH_ORDER_READERS = ("permute", "transpose", "t", "view", "reshape", "_unsafe_view",
+                        "flatten", "squeeze", "unsqueeze", "expand")
+_NHWC_READERS = ("conv2d", "convolution", "_convolution", "max_pool2d",
+                 "max_pool2d_with_indices", "avg_pool2d")
+
+
+def _split_layout(lw: Lowering, n: Any, x: Val) -> tuple[int, ...]:
+    """NHWC, unless torch's order costs fewer TRANSPOSEs: litert-torch's min-cut partitioner
+    (layout_partitioners/min_cut.py: one cut per edge between an NHWC op and one that cannot be,
+    such as a view or permute) counted on the split's own edges. A split of a tensor in torch's
+    order whose parts feed permutes or views stays there (channel shuffle written on NHWC
+    tensors); ties keep NHWC (torchvision's ShuffleNetV2 chunk after its shuffle)."""
+    nhwc, torch_order = canonical(4), tuple(range(4))
+    cost = {p: int(x.perm != p and (x.tid, p) not in lw.relayouts)
+            for p in (nhwc, torch_order)}
+    for part in n.users:   # the getitem nodes of the parts
+        sides = set()
+        for reader in part.users:
+            name = op_name(reader) if reader.op == "call_function" else ""
+            sides |= {torch_order} if name in _TORCH_ORDER_READERS else \
+                {nhwc} if name in _NHWC_READERS else set()
+        for p in cost:
+            cost[p] += any(s != p for s in sides)
+    return torch_order if cost[torch_order] < cost[nhwc] else nhwc
 
 
 def slice_(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:

@@ -275,6 +275,22 @@ def dataset_merge(sources: tuple[str, ...], out: str) -> None:
     click.echo(f"Wrote {len(ds.models())} model rows from {len(sources)} datasets to {out}.")
 
 
+@dataset_group.command("combine")
+@click.argument("sources", nargs=-1, required=True,
+                type=click.Path(file_okay=False, exists=True))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="New dataset directory (the sources are left as they are).")
+def dataset_combine(sources: tuple[str, ...], out: str) -> None:
+    """Combine SOURCES (campaigns of the same models) into labels that are their median."""
+    from latpred.dataset_merge import combine_campaigns
+
+    for target, n in combine_campaigns(sources, out).items():
+        click.echo(f"{target}: median of {n['campaigns']} campaigns; split-half retest "
+                   f"{n['e2e_retest_mdape']}% end to end (p90 {n['e2e_retest_p90']}%), "
+                   f"{n['kernel_retest_mdape']}% per kernel, {n['n_retest']} models.")
+    click.echo(f"Wrote the combined dataset to {out}.")
+
+
 @dataset_group.command("drift-correct")
 @click.argument("source", type=click.Path(file_okay=False, exists=True))
 @click.option("--out", required=True, type=click.Path(file_okay=False),

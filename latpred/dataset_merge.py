@@ -1,4 +1,5 @@
-"""Merge measured datasets into one, e.g. to train on several NAS spaces at once.
+"""Merge measured datasets into one (different models, e.g. several NAS spaces), or combine
+campaigns of the same models into steadier labels (`combine_campaigns`).
 
 Rows are copied as they are (model ids must not collide: two spaces' ids never do, the same
 models measured twice would); each target's manifest entry is the first source's, with the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from latpred.dataset import Dataset
@@ -45,3 +47,97 @@ def merge_datasets(sources: Sequence[str | os.PathLike], out: str | os.PathLike,
         merged.update_manifest(target, merged_from=parts, **({"noise": first} if first else {}))
     merged.compact()
     return merged
+
+
+# -- combining campaigns of the same models ----------------------------------------------------
+def combine_campaigns(sources: Sequence[str | os.PathLike], out: str | os.PathLike,
+                      name: str | None = None) -> dict[str, dict]:
+    """A new dataset at `out` whose labels are the median, per model and per kernel, over
+    `sources`: campaigns that measured the same models (at different times) on one target.
+
+    On a shared VM one campaign's labels move by 3-6% against another's even after drift
+    correction (docs/measurement.md), more than within a campaign; the median of several is
+    steadier. Bring the campaigns to one scale first (`latpred dataset drift-correct
+    --reference-ms`, the same value for each). Rows come from the first source, with the
+    per-source labels kept in `campaign_labels_ms` (a JSON list) and the count in
+    `n_campaigns`; a model (or kernel) at least two campaigns measured is kept. A kernel is
+    combined only where the sources agree on its kernel type.
+
+    Each target's noise is a split-half retest: the median over the even-numbered sources
+    against the median over the odd-numbered ones (end to end and per kernel), a conservative
+    figure for the whole median, which combines twice as many campaigns as each half.
+    Returns that noise per target.
+    """
+    if len(sources) < 2:
+        raise DatasetError("Combining needs at least two campaigns of the same models.")
+    opened = [Dataset.open(s) for s in sources]
+    key = ["model_id", "target"]
+    models = [ds.models().query("status == 'ok'") for ds in opened]
+    labels = _shared(_side_by_side(models, key))
+    kernels = [ds.kernels().query("status == 'ok'") for ds in opened]
+    klabels = _shared(_side_by_side(kernels, key + ["kernel_index", "kernel_type"]))
+    if labels.empty:
+        raise DatasetError("The campaigns share no measured model; combine campaigns of the "
+                           "same models and target.")
+    combined = Dataset.create(out, name or f"{opened[0].manifest['name']}-combined")
+    combined.append_models(_with_median(opened[0].models(), labels, key))
+    if len(klabels):
+        combined.append_kernels(_with_median(opened[0].kernels(), klabels,
+                                             key + ["kernel_index", "kernel_type"]))
+    noise = {}
+    for target in sorted(labels["target"].unique()):
+        entry = dict(opened[0].manifest["targets"].get(target, {}))
+        noise[target] = _split_half_noise(labels[labels["target"] == target],
+                                          klabels[klabels["target"] == target], len(opened))
+        entry.update(noise=noise[target], combined_from=[
+            {"name": ds.manifest["name"], "path": str(ds.root),
+             "noise": ds.manifest["targets"].get(target, {}).get("noise")} for ds in opened])
+        combined.update_manifest(target, **entry)
+    combined.compact()
+    return noise
+
+
+def _side_by_side(tables: list[pd.DataFrame], key: list[str]) -> pd.DataFrame:
+    """One row per key, the latency of each source as column c0, c1, ... (NaN where absent)."""
+    out = None
+    for i, t in enumerate(tables):
+        part = t[key + ["latency_ms"]].drop_duplicates(key).rename(columns={"latency_ms": f"c{i}"})
+        out = part if out is None else out.merge(part, on=key, how="outer")
+    return out
+
+
+def _shared(labels: pd.DataFrame) -> pd.DataFrame:
+    """The rows at least two campaigns measured (one campaign alone is no combination)."""
+    cols = [c for c in labels.columns if c.startswith("c") and c[1:].isdigit()]
+    return labels[labels[cols].notna().sum(axis=1) >= 2]
+
+
+def _with_median(rows: pd.DataFrame, labels: pd.DataFrame, key: list[str]) -> pd.DataFrame:
+    import json
+
+    cols = [c for c in labels.columns if c.startswith("c") and c[1:].isdigit()]
+    values = labels[cols].to_numpy(float)
+    labels = labels[key].assign(
+        median_ms=np.nanmedian(values, axis=1), n_campaigns=np.isfinite(values).sum(axis=1),
+        campaign_labels_ms=[json.dumps([None if np.isnan(v) else round(float(v), 6) for v in r])
+                            for r in values])
+    rows = rows.merge(labels, on=key, how="inner")
+    return rows.assign(latency_ms=rows.pop("median_ms"))
+
+
+def _split_half_noise(labels: pd.DataFrame, klabels: pd.DataFrame, n: int) -> dict:
+    def halves(table: pd.DataFrame) -> np.ndarray:
+        even = table[[f"c{i}" for i in range(0, n, 2)]].median(axis=1, skipna=False)
+        odd = table[[f"c{i}" for i in range(1, n, 2)]].median(axis=1, skipna=False)
+        ok = np.isfinite(even) & np.isfinite(odd) & (even + odd > 0)  # 0 ms: below the clock
+        a, b = even[ok].to_numpy(), odd[ok].to_numpy()
+        return 100 * np.abs(a - b) / ((a + b) / 2)
+
+    e2e, kern = halves(labels), halves(klabels) if len(klabels) else np.array([])
+
+    def stat(x: np.ndarray, q: float) -> float | None:
+        return round(float(np.quantile(x, q)), 3) if len(x) else None
+    return {"e2e_retest_mdape": stat(e2e, 0.5), "e2e_retest_p90": stat(e2e, 0.9),
+            "kernel_retest_mdape": stat(kern, 0.5), "kernel_retest_p90": stat(kern, 0.9),
+            "n_retest": int(len(e2e)), "n_kernel_retest": int(len(kern)),
+            "retest": "split_half_campaigns", "campaigns": n}

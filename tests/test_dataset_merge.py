@@ -49,3 +49,57 @@ def test_merge_needs_two(tmp_path):
     a = simdata.simulate(tmp_path / "a", n_models=2, seed=0)
     with pytest.raises(DatasetError):
         merge_datasets([a.root], tmp_path / "m")
+
+
+# -- combine: campaigns of the same models -------------------------------------------------------
+def _campaigns(tmp_path, factors):
+    """The same simulated models, measured once per factor (each campaign's labels scaled)."""
+    out = []
+    for i, f in enumerate(factors):
+        ds = simdata.simulate(tmp_path / f"c{i}", n_models=6, seed=0)
+        models, kernels = ds.models(), ds.kernels()
+        ds.replace_table("models", models.assign(latency_ms=models["latency_ms"] * f))
+        ds.replace_table("kernels", kernels.assign(latency_ms=kernels["latency_ms"] * f))
+        ds.update_manifest(TARGET, noise={"e2e_retest_mdape": float(i)})
+        out.append(ds)
+    return out
+
+
+def test_combine_takes_the_median_and_a_split_half_noise(tmp_path):
+    import json
+
+    import numpy as np
+
+    runs = _campaigns(tmp_path, [1.00, 1.10, 0.96, 1.02])
+    result = CliRunner().invoke(main, ["dataset", "combine", *[str(r.root) for r in runs],
+                                       "--out", str(tmp_path / "m")])
+    assert result.exit_code == 0, result.output
+    combined = Dataset.open(tmp_path / "m")
+    base = runs[0].models(TARGET).set_index("model_id")["latency_ms"]
+    got = combined.models(TARGET).set_index("model_id")
+    # median of (1.00, 1.10, 0.96, 1.02) = 1.01; every campaign's label kept beside it
+    assert np.allclose(got["latency_ms"], base[got.index] * 1.01)
+    assert (got["n_campaigns"] == 4).all()
+    assert np.allclose(json.loads(got["campaign_labels_ms"].iloc[0])[1],
+                       base[got.index[0]] * 1.10, rtol=1e-5)
+    kb = runs[0].kernels(TARGET).set_index(["model_id", "kernel_index"])["latency_ms"]
+    kg = combined.kernels(TARGET).set_index(["model_id", "kernel_index"])["latency_ms"]
+    assert np.allclose(kg, kb[kg.index] * 1.01, rtol=1e-6)
+    # split half: median(1.00, 0.96) = 0.98 against median(1.10, 1.02) = 1.06
+    noise = combined.manifest["targets"][TARGET]["noise"]
+    assert noise["e2e_retest_mdape"] == pytest.approx(100 * 0.08 / 1.02, abs=1e-3)
+    assert noise["retest"] == "split_half_campaigns" and noise["campaigns"] == 4
+    sources = combined.manifest["targets"][TARGET]["combined_from"]
+    assert [s["noise"]["e2e_retest_mdape"] for s in sources] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_combine_refuses_campaigns_of_other_models_and_a_single_one(tmp_path):
+    a = simdata.simulate(tmp_path / "a", n_models=3, seed=0)
+    b = simdata.simulate(tmp_path / "b", n_models=3, seed=1)
+    result = CliRunner().invoke(main, ["dataset", "combine", str(a.root), str(b.root),
+                                       "--out", str(tmp_path / "m")])
+    assert result.exit_code == 2 and "share no measured model" in result.output
+    assert not (tmp_path / "m" / "manifest.json").exists()
+    result = CliRunner().invoke(main, ["dataset", "combine", str(a.root),
+                                       "--out", str(tmp_path / "m")])
+    assert result.exit_code == 2 and "at least two" in result.output

@@ -64,6 +64,16 @@ class SearchSpace:
     max_flops: float | None = None
     min_flops: float | None = None
     channel_multiple: int = 1
+    # Head styles (optional; empty: "fc" only): "fc" is MobileNetV2's (1x1 conv, MEAN, FC);
+    # "pooled_conv" is MobileNetV3's as keras.applications writes it: 1x1 conv, MEAN keeping
+    # H and W, a 1x1 conv to `point` channels on the 1x1 map (+ activation), a 1x1 conv to
+    # the classes, a reshape and the softmax. Its two 1x1 convs on a 1x1 map read megabytes
+    # of weights for a few microseconds of compute, a kernel no other head produces.
+    head_styles: tuple[str, ...] = ()
+    head_point: tuple[int, ...] = ()
+    # keras.applications' MobileNets keep the head's channels (1280; V3's point 1024/1280) for
+    # width multipliers up to 1 and scale them only above (mobilenet_v2.py, mobilenet_v3.py).
+    head_keeps_width: bool = False
 
 
 def _fail(where: str, what: str) -> ConfigError:
@@ -116,6 +126,7 @@ def _names(allowed: Sequence[str]) -> Callable[[Any, str, str], tuple[str, ...]]
 # - depth_multiplier of a depthwise convolution.
 # Absent keys keep the original behaviour, so older architecture files rebuild unchanged.
 ACTS = ("fused", "hard_swish", "swish")
+HEAD_STYLES = ("fc", "pooled_conv")
 PADS = ("same", "explicit")
 SE_STYLES = ("keep_dims", "keras")
 SE_GATES = ("sigmoid", "hard_sigmoid")
@@ -203,8 +214,12 @@ def parse_space(data: Any, where: str = "") -> SearchSpace:
         raise _fail(where, "'stages' must be a non-empty list")
     stages = tuple(_parse_stage(s, f"{where} stage {i + 1}", multiple, blocks)
                    for i, s in enumerate(top["stages"]))
-    head = _mapping(top["head"], f"{where} head", ("channels", "classes", "softmax"),
+    head = _mapping(top["head"], f"{where} head",
+                    ("channels", "classes", "softmax", "style", "point", "keras_width"),
                     ("channels", "classes"))
+    styles = _names(HEAD_STYLES)(head["style"], where, "head style") if "style" in head else ()
+    if "pooled_conv" in styles and "point" not in head:
+        raise _fail(where, "a 'pooled_conv' head style needs 'point' channels")
     softmax = head.get("softmax", True)
     if not isinstance(softmax, bool):
         raise _fail(where, "head 'softmax' must be true or false")
@@ -218,7 +233,10 @@ def parse_space(data: Any, where: str = "") -> SearchSpace:
         max_flops=_positive([top["max_flops"]], where, "max_flops")[0]
         if "max_flops" in top else None,
         min_flops=_positive([top["min_flops"]], where, "min_flops")[0]
-        if "min_flops" in top else None, channel_multiple=multiple)
+        if "min_flops" in top else None, channel_multiple=multiple, head_styles=styles,
+        head_point=_channels(head["point"], f"{where} head point", multiple)
+        if "point" in head else (), head_keeps_width=_bools([head.get("keras_width", False)],
+                                                           where, "head keras_width")[0])
 
 
 def _stride(value: Any, where: str) -> int:
@@ -329,6 +347,9 @@ def _draw(space: SearchSpace, seed: int, index: int, pick: Callable) -> dict:
         return tuple(sorted({make_divisible(c * width, space.channel_multiple)
                              for c in options}))
 
+    def head_scale(options: tuple[int, ...]) -> tuple[int, ...]:
+        return options if space.head_keeps_width and width <= 1.0 else scale(options)
+
     stem = None if space.stem is None else dict(zip(("kernel", "stride", "channels"),
                                                     space.stem))
     if stem is not None:
@@ -368,8 +389,10 @@ def _draw(space: SearchSpace, seed: int, index: int, pick: Callable) -> dict:
             channels = out
     arch = {"format": ARCH_FORMAT, "space": space.name, "seed": seed, "index": index,
             "input": shape, "activation": space.activation, "stem": stem, "blocks": layers,
-            "head": {"channels": pick(scale(space.head_channels)), "classes": space.classes,
-                     "softmax": space.softmax}}
+            "head": {"channels": pick(head_scale(space.head_channels)),
+                     "classes": space.classes, "softmax": space.softmax}}
+    if space.head_styles and pick(space.head_styles) == "pooled_conv":  # drawn only if listed
+        arch["head"].update(style="pooled_conv", point=pick(head_scale(space.head_point)))
     if space.widths:
         arch["width"] = width   # for the record: the channels above are already scaled
     return arch
@@ -455,8 +478,13 @@ def build_graph(arch: Mapping[str, Any]) -> Graph:
             cin = layer.get("channels", cin)
         head = arch["head"]
         x = b.conv2d(x, head["channels"], 1, activation=act)
-        x = b.mean(x, axes=(1, 2), keep_dims=False)
-        x = b.fully_connected(x, head["classes"])
+        if head.get("style", "fc") == "pooled_conv":
+            x = b.mean(x, axes=(1, 2), keep_dims=True)
+            x = b.conv2d(x, head["point"], 1, activation=act)
+            x = b.reshape(b.conv2d(x, head["classes"], 1), (1, head["classes"]))
+        else:
+            x = b.mean(x, axes=(1, 2), keep_dims=False)
+            x = b.fully_connected(x, head["classes"])
         if head["softmax"]:
             x = b.softmax(x)
         b.output(x)

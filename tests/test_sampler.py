@@ -568,3 +568,32 @@ def test_regnet_space_models_run_on_litert():
     interpreter.invoke()
     out = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     assert out.shape == (1, 1000) and np.isclose(out.sum(), 1.0, atol=1e-3)
+
+
+SMALL = SPACES / "converter_small.yaml"
+
+
+def test_small_space_draws_both_heads_and_keeps_keras_head_widths():
+    archs = sample(SMALL, 40, 2)
+    styles = Counter(a["head"].get("style", "fc") for a in archs)
+    assert styles["fc"] and styles["pooled_conv"]
+    for arch in archs:
+        assert arch["width"] <= 1.0 and arch["input"][0] in (96, 128, 160)
+        # keras.applications keeps the head's channels at widths up to 1
+        assert 480 <= arch["head"]["channels"] <= 1280
+        g = build_graph(arch)
+        tail = [op.type for op in g.ops[-6:]]
+        if arch["head"].get("style") == "pooled_conv":
+            # MobileNetV3's head as the converter writes it: 1x1 convs on the pooled 1x1 map
+            assert tail == ["CONV_2D", "MEAN", "CONV_2D", "CONV_2D", "RESHAPE", "SOFTMAX"]
+            point = g.ops[-4]
+            assert g.tensors[point.outputs[0]].shape == (1, 1, 1, arch["head"]["point"])
+        else:
+            assert tail[-3:] == ["MEAN", "FULLY_CONNECTED", "SOFTMAX"]
+
+
+def test_a_pooled_conv_head_needs_point_channels():
+    data = raw(SMALL)
+    del data["head"]["point"]
+    with pytest.raises(ConfigError, match="point"):
+        parse_space(data)

@@ -73,11 +73,15 @@ def config_hash(graph, kernel) -> str:
 
 
 def read(paths: list[Path], name: str) -> list[dict]:
+    import gzip
+
     rows = []
     for p in paths:
-        f = p / name
-        if f.exists():
-            for line in f.read_text().splitlines():
+        f, gz = p / name, p / (name + ".gz")   # as written, or as --gzip-into brought it back
+        text = f.read_text() if f.exists() else \
+            gzip.decompress(gz.read_bytes()).decode() if gz.exists() else ""
+        if text:
+            for line in text.splitlines():
                 if line.strip():
                     r = json.loads(line)
                     r["source"] = p.name

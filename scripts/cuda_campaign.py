@@ -91,7 +91,32 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--replay-warmup", type=int, default=30)
+    ap.add_argument("--gzip-into", default="",
+                    help="at the end (also after an error), gzip env.json and the JSONL files "
+                         "into this folder: a device call brings back files of at most 16 MiB, "
+                         "and a campaign's synthetic.jsonl outgrows that (session 7 lost one)")
     a = ap.parse_args()
+    try:
+        campaign(a)
+    finally:
+        if a.gzip_into:
+            _gzip_into(Path(a.out), Path(a.gzip_into))
+
+
+def _gzip_into(src: Path, dst: Path) -> None:
+    import gzip
+    import shutil
+
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.glob("*.json*"):
+        if f.suffix == ".jsonl":
+            with open(f, "rb") as fin, gzip.open(dst / (f.name + ".gz"), "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+        else:
+            shutil.copy(f, dst / f.name)
+
+
+def campaign(a: argparse.Namespace) -> None:
     start = time.monotonic()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

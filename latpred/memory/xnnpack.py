@@ -46,7 +46,7 @@ _STATIC = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1
            "SLICE": (1, 2), "EXPAND_DIMS": (1,), "TRANSPOSE_CONV": (0, 1)}
 _IN_PLACE = _ELEMENTWISE | {"SOFTMAX", "RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 _POOLS = frozenset({"AVERAGE_POOL_2D", "MAX_POOL_2D"})
-_ELIDABLE = _POOLS | {"PAD", "PADV2"}           # what `_elided` may remove
+_ELIDABLE = _POOLS | {"PAD", "PADV2"}           # what `_elided_source` may remove
 
 
 def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
@@ -205,30 +205,6 @@ def workspace_plan(graph: Graph, layout: XnnpackLayout,
     return (best + 2 * EXTRA_BYTES if best else 0), extent, regrowth
 
 
-def _elided(graph: Graph, ops: tuple[int, ...], inside: set[int]) -> dict[int, int]:
-    """Values XNNPACK's subgraph rewriting removes, each read as the value it stands for
-    (output -> input), google/XNNPACK 75db3c093 src/subgraph.c:
-
-    - a static zero pad of H and W before a convolution becomes the convolution's padding
-      (`xnn_subgraph_fusion`);
-    - a clamp to (-inf, +inf), which is what a 1x1 pooling without activation is defined as
-      (`optimize_common_subgraphs_spurious_clamps` / `short_circuit`; only internal outputs
-      here: an external one renames the producer's output instead)."""
-    elided = {}
-    for i in ops:
-        op = graph.ops[i]
-        if op.type not in _ELIDABLE or not op.outputs or op.outputs[0] not in inside:
-            continue
-        if op.type in ("PAD", "PADV2"):
-            readers = graph.consumers_of(op.outputs[0])
-            if len(readers) == 1 and graph.ops[readers[0]].type in ("CONV_2D",
-                                                                    "DEPTHWISE_CONV_2D"):
-                elided[op.outputs[0]] = op.inputs[0]
-        elif _is_clamp(op) and op.attr("activation", "NONE") == "NONE":
-            elided[op.outputs[0]] = op.inputs[0]
-    return elided
-
-
 def _is_clamp(op: Op) -> bool:
     """A 1x1 pooling (its stride is 1: larger ones are declined) is defined as a clamp
     (LiteRT v2.2.0 tflite/delegates/xnnpack/xnnpack_delegate.cc `VisitAveragePool2DNode` /
@@ -246,38 +222,14 @@ def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int], sizes:
                     with_extent: bool = False) -> tuple[int, dict[int, int]]:
     """XNNPACK's plan of one partition's workspace: its size and, with `with_extent`, the
     highest workspace byte in use while each op runs (graph op index -> bytes)."""
-    elided = _elided(graph, ops, inside)
-    inside = inside - set(elided)
-
-    def source(t: int) -> int:
-        while t in elided:
-            t = elided[t]
-        return t
-
-    fused = {t: source(t) for t in elided}
-    graph_ops = graph.ops
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    consumers: dict[int, int] = {}
-    for n, i in enumerate(ops):
-        op = graph_ops[i]
-        for t in op.outputs:          # a value's life starts at its producer
-            if t in inside:
-                first[t] = last[t] = n
-        reads = {fused.get(t, t) for t in op.inputs} if fused else set(op.inputs)
-        reads.intersection_update(inside)
-        for t in reads:
-            last[t] = n
-        if fused and op.outputs and op.outputs[0] in fused:
-            continue      # the node is gone: its readers read its input
-        # a node reading a value twice (ADD(x, x)) is one consumer (src/subgraph.c
-        # `xnn_subgraph_analyze_consumers_and_producers` skips repeated inputs)
-        for t in reads:
-            consumers[t] = consumers.get(t, 0) + 1
-    reuse = _reused(graph, ops, inside, fused, sizes, consumers, last)
+    first, last, consumers, fused, candidates = _lifetimes(graph, ops, inside)
+    inside = inside - fused.keys() if fused else inside
+    reuse = _reused(graph, candidates, inside, fused, sizes, consumers, last)
     # Values are added in id order (the delegate defines them by tensor index) and sorted by
-    # size; ties keep id order (glibc's merge-sort qsort is stable).
-    values = sorted((-rounded(sizes[t]), t) for t in inside if t not in reuse and sizes[t])
+    # size; ties keep id order (glibc's merge-sort qsort is stable). (-bytes // 64) * 64 is
+    # minus `rounded(bytes)`.
+    values = sorted(((-sizes[t] // ALIGNMENT) * ALIGNMENT, t) for t in inside
+                    if sizes[t] and t not in reuse)
     # Blocks placed so far, listed at every node they are live at: the blocks whose
     # lifetimes meet a value's are those listed at its nodes (a block met at several nodes
     # comes several times, which the gap search ignores).
@@ -285,29 +237,99 @@ def _partition_plan(graph: Graph, ops: tuple[int, ...], inside: set[int], sizes:
     size = 0
     for minus_need, t in values:
         f, l = first[t], last[t]
-        blocks = live[f] if f == l else [b for n in range(f, l + 1) for b in live[n]]
-        offset = _find_offset(sorted(blocks), -minus_need)
+        if f == l:
+            blocks = live[f]
+        else:
+            blocks = []
+            for n in range(f, l + 1):
+                blocks += live[n]
+        offset = _find_offset(sorted(blocks), -minus_need) if blocks else 0
         block = (offset, offset - minus_need)
         for n in range(f, l + 1):
             live[n].append(block)
-        size = max(size, block[1])
+        if block[1] > size:
+            size = block[1]
     extent = {ops[n]: max((e for _, e in live[n]), default=0)
               for n in range(len(ops))} if with_extent else {}
     return size, extent
 
 
-def _reused(graph: Graph, ops: tuple[int, ...], inside: set[int], fused: dict[int, int],
+def _lifetimes(graph: Graph, ops: tuple[int, ...], inside: set[int]
+               ) -> tuple[dict[int, int], dict[int, int], dict[int, int], dict[int, int],
+                          list[int]]:
+    """One pass over a partition's nodes: each internal value's first and last node, its
+    consumer count, the elided values (`_elided_source`: output -> the value it stands for) and the
+    ops that may run in place (`_reused` decides once every consumer is counted)."""
+    graph_ops = graph.ops
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    consumers: dict[int, int] = {}
+    fused: dict[int, int] = {}
+    candidates: list[int] = []
+    for n, i in enumerate(ops):
+        op = graph_ops[i]
+        outs = op.outputs
+        source = (_elided_source(graph, op) if op.type in _ELIDABLE and outs
+                  and outs[0] in inside else None)
+        if source is not None:
+            # the node is gone: its readers read its input (already resolved: a producer
+            # runs before its readers)
+            fused[outs[0]] = fused.get(source, source)
+        else:
+            for t in outs:                # a value's life starts at its producer
+                if t in inside:
+                    first[t] = last[t] = n
+        if fused:
+            # elided values are never read: their readers read the source
+            reads = {fused.get(t, t) for t in op.inputs}
+            reads.intersection_update(inside)
+        else:
+            reads = inside.intersection(op.inputs)
+        if source is not None:
+            for t in reads:
+                last[t] = n           # an elided node keeps its input alive, as no consumer
+            continue
+        # a node reading a value twice (ADD(x, x)) is one consumer (src/subgraph.c
+        # `xnn_subgraph_analyze_consumers_and_producers` skips repeated inputs)
+        for t in reads:
+            last[t] = n
+            consumers[t] = consumers.get(t, 0) + 1
+        if outs and (op.type in _IN_PLACE or op.type in _POOLS) and outs[0] in inside:
+            candidates.append(i)
+    return first, last, consumers, fused, candidates
+
+
+def _elided_source(graph: Graph, op: Op) -> int | None:
+    """The value an elided node's output stands for (its input 0), or None when XNNPACK's
+    subgraph rewriting keeps the node (google/XNNPACK 75db3c093 src/subgraph.c):
+
+    - a static zero pad of H and W before a convolution becomes the convolution's padding
+      (`xnn_subgraph_fusion`);
+    - a clamp to (-inf, +inf), which is what a 1x1 pooling without activation is defined as
+      (`optimize_common_subgraphs_spurious_clamps` / `short_circuit`; only internal outputs
+      here: an external one renames the producer's output instead)."""
+    if op.type in ("PAD", "PADV2"):
+        readers = graph.consumers_of(op.outputs[0])
+        if len(readers) == 1 and graph.ops[readers[0]].type in ("CONV_2D",
+                                                                "DEPTHWISE_CONV_2D"):
+            return op.inputs[0]
+    elif _is_clamp(op) and op.attr("activation", "NONE") == "NONE":
+        return op.inputs[0]
+    return None
+
+
+def _reused(graph: Graph, candidates: list[int], inside: set[int], fused: dict[int, int],
             sizes: dict[int, int], consumers: dict[int, int],
             last: dict[int, int]) -> dict[int, int]:
     """In-place outputs -> the value whose memory they take (a one-consumer input of equal
-    size), extending that value's lifetime `last` to theirs."""
+    size), extending that value's lifetime `last` to theirs. `candidates`: the partition's
+    ops, in order, of a type that may run in place, with an internal output."""
     reuse: dict[int, int] = {}
-    for i in ops:
+    for i in candidates:
         op = graph.ops[i]
-        if (op.type not in _IN_PLACE and op.type not in _POOLS) or not op.outputs or \
-                op.outputs[0] not in inside or not _in_place(op):
-            continue
         out = op.outputs[0]
+        if out not in inside or not _in_place(op):
+            continue
         for t in (fused.get(t, t) for t in op.inputs):
             if t in inside and consumers.get(t) == 1 and \
                     sizes[t] == sizes[out] and \
@@ -322,20 +344,21 @@ def _reused(graph: Graph, ops: tuple[int, ...], inside: set[int], fused: dict[in
 
 
 def _find_offset(blocks: list[tuple[int, int]], need: int) -> int:
-    """memory-planner.c `find_value_alloc_offset`."""
+    """memory-planner.c `find_value_alloc_offset` over blocks sorted by start: the smallest
+    gap between the coalesced blocks that holds `need` bytes (the gap before the first block
+    counts), else the end of the last. One pass: a gap is known once the next block starts
+    past the coalesced run so far."""
     if not blocks:
         return 0
-    merged = [list(blocks[0])]
-    for s, e in blocks[1:]:
-        if s > merged[-1][1]:
-            merged.append([s, e])
-        elif e > merged[-1][1]:
-            merged[-1][1] = e
-    best_gap, offset = None, merged[-1][1]
-    if merged[0][0] >= need:
-        best_gap, offset = merged[0][0], 0
-    for (s0, e0), (s1, _) in zip(merged, merged[1:]):
-        gap = s1 - e0
-        if gap >= need and (best_gap is None or gap < best_gap):
-            best_gap, offset = gap, e0
-    return offset
+    it = iter(blocks)
+    start, end = next(it)
+    best_gap, offset = (start, 0) if start >= need else (None, 0)
+    for s, e in it:
+        if s > end:
+            gap = s - end
+            if gap >= need and (best_gap is None or gap < best_gap):
+                best_gap, offset = gap, end
+            end = e
+        elif e > end:
+            end = e
+    return offset if best_gap is not None else end

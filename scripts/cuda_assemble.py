@@ -138,6 +138,10 @@ def model_row(row: dict, space: str) -> dict:
             "latency_spread": row.get("spread", math.nan),
             "gpu_time_ms": row.get("gpu_time_ms", math.nan),
             "kernel_source": row.get("kernel_source", ""),
+            # kernel times as exclusive shares of the busy time (latpred.profile.cuda
+            # `exclusive_us`, from session 8's calls) or as plain durations (earlier calls)
+            "kernel_time": "exclusive" if "overlap_ms" in row else "duration",
+            "overlap_ms": row.get("overlap_ms", math.nan),
             "sm_clock_mhz": (row.get("clocks") or {}).get("sm_clock_mhz", math.nan),
             "source": row["source"]}
 
@@ -201,7 +205,10 @@ def main() -> None:
         nz = noise(main_rows, rt, graphs)
         counts = {"models_ok": sum(r.get("status") == "ok" for r in mine),
                   "models": len(mine),
-                  "kernel_source_replay": sum(r.get("kernel_source") == "replay" for r in mine)}
+                  "kernel_source_replay": sum(r.get("kernel_source") == "replay" for r in mine),
+                  "kernel_source_replay_matched": sum(r.get("kernel_source") == "replay-matched"
+                                                      for r in mine),
+                  "kernel_time_exclusive": sum("overlap_ms" in r for r in mine)}
         ds.update_manifest(
             target, runtime=t.runtime, runtime_version=env["torch"],
             machine=f"device machine, {env.get('gpu')}, driver {env.get('driver')}",
@@ -211,8 +218,11 @@ def main() -> None:
             kernel_timing="in_context",
             kernel_timing_note=("torch.profiler (CUPTI) kernels mapped to graph ops by "
                                 "record_function ranges; times from CUDA-graph replays when "
-                                "the replayed kernel list matches the eager one (see "
-                                "kernel_source per model), else from eager runs"),
+                                "the replayed kernels are the eager ones (in order or matched "
+                                "by name: kernel_source per model), else from eager runs; "
+                                "kernel_time per model: 'exclusive' = each instant split "
+                                "among the kernels running side by side, 'duration' = plain "
+                                "kernel durations (calls before session 8)"),
             torch=env["torch"], cuda=env["cuda"], cudnn=env["cudnn"], gpu=env.get("gpu"),
             sm_clock_max_mhz=env.get("sm_clock_max_mhz"), driver=env.get("driver"),
             cudnn_benchmark=env["cudnn_benchmark"], cudnn_allow_tf32=env["cudnn_allow_tf32"],
@@ -223,7 +233,7 @@ def main() -> None:
         for r in rows + retest:
             f.write(json.dumps({k: r.get(k) for k in ("model_id", "target", "kind", "status",
                                                       "latency_ms", "kernel_source", "kernels",
-                                                      "source")}) + "\n")
+                                                      "overlap_ms", "source")}) + "\n")
     print(json.dumps(summary, indent=1))
 
 

@@ -140,14 +140,54 @@ def test_attribute_maps_kernels_to_ops_runs_and_replays():
           _event("add", 40, 1.0, "kernel", correlation=3),
           _event("latpred_model0_replay", 200, 50, "user_annotation"),
           _event("cudaGraphLaunch", 201, 1, "cuda_runtime", correlation=9),
-          *[_event(n, 210 + i, d, "kernel", correlation=9)
-            for i, (n, d) in enumerate([("conv", 3.0), ("bias", 2.0), ("add", 1.0)])]]
+          *[_event(n, t, d, "kernel", correlation=9)
+            for n, t, d in [("conv", 210, 3.0), ("bias", 213, 2.0), ("add", 215, 1.0)]]]
     eager, replay = attribute({"traceEvents": ev}, 1, 1)
-    assert eager[0][0] == [(0, "conv", 4.0), (0, "bias", 2.0), (1, "add", 1.0)]
-    assert [n for n, _ in replay[0]] == ["conv", "bias", "add"]
+    assert eager[0][0] == [(0, "conv", 4.0, 10.0), (0, "bias", 2.0, 15.0), (1, "add", 1.0, 40.0)]
+    assert [n for n, *_ in replay[0]] == ["conv", "bias", "add"]
     fig = kernel_figures(eager[0], replay[0], 1)
     assert fig["kernel_source"] == "replay"
     assert fig["kernels"] == [[0, "conv", 3.0], [0, "bias", 2.0], [1, "add", 1.0]]
     assert math.isclose(fig["gpu_time_ms"], 0.006)
     fig = kernel_figures(eager[0], replay[0][:2], 1)      # replay list does not match
     assert fig["kernel_source"] == "eager" and fig["kernels"][0][2] == 4.0
+
+
+def test_kernels_side_by_side_share_their_time():
+    """cuDNN runs a grouped convolution's kernels on its own streams, side by side: each
+    instant is split among the kernels running, so the times add up to the busy time."""
+    from latpred.profile.cuda import exclusive_us, kernel_figures
+
+    # a alone 0-2, a and b 2-4, b alone 4-6, a gap, c alone 10-11
+    assert exclusive_us([(4.0, 0.0), (4.0, 2.0), (1.0, 10.0)]) == [3.0, 3.0, 1.0]
+    assert exclusive_us([(2.0, 0.0), (2.0, 0.0)]) == [1.0, 1.0]
+    assert exclusive_us([(5.0, 0.0), (1.0, 1.0)]) == [4.5, 0.5]   # one inside another
+    eager = [[(0, "g1", 4.0, 0.0), (0, "g2", 4.0, 5.0), (1, "add", 1.0, 10.0)]]
+    replay = [("g2", 4.0, 100.0), ("g1", 4.0, 100.0), ("add", 1.0, 105.0)]
+    fig = kernel_figures(eager, replay, 1)
+    assert fig["kernel_source"] == "replay-matched"
+    assert [k[2] for k in fig["kernels"]] == [2.0, 2.0, 1.0]
+    assert fig["overlap_ms"] == 0.004
+
+
+def test_replayed_kernels_in_another_order_are_matched_by_name():
+    """A CUDA graph may start one op's independent kernels in another order than the eager
+    stream (cuDNN's grouped convolutions on the H100), and names a memset node "memset32":
+    the replay's times still go to the right kernels (lists as the profiler reported them)."""
+    from latpred.profile.cuda import kernel_figures, match_replay
+
+    eager = [[(0, "conv_a", 5.0), (0, "Memset (Device)", 1.0), (1, "gemm", 4.0),
+              (1, "slice", 2.0), (1, "slice", 2.0), (2, "add", 1.0)]]
+    replay = [("conv_a", 4.0), ("memset32", 0.5), ("slice", 1.5), ("slice", 1.6),
+              ("gemm", 3.0), ("add", 0.9)]
+    assert match_replay([k[1] for k in eager[0]], [k[0] for k in replay]) == [0, 1, 3, 4, 2, 5]
+    fig = kernel_figures(eager, replay, 1)
+    assert fig["kernel_source"] == "replay-matched"
+    assert [k[2] for k in fig["kernels"]] == [4.0, 0.5, 3.0, 1.5, 1.6, 0.9]
+    assert [k[0] for k in fig["kernels"]] == [0, 0, 1, 1, 1, 2]
+    # in order after the memset's renaming: "replay"
+    fig = kernel_figures(eager, [replay[i] for i in (0, 1, 4, 2, 3, 5)], 1)
+    assert fig["kernel_source"] == "replay"
+    # another kernel in the replay: the eager times
+    fig = kernel_figures(eager, replay[:5] + [("mul", 0.9)], 1)
+    assert fig["kernel_source"] == "eager" and fig["kernels"][0][2] == 5.0

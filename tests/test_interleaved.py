@@ -339,6 +339,8 @@ def test_evaluate_prints_accuracy_beside_label_noise(tmp_path, monkeypatch):
                                       "n_retest": 5, "retest": "start_vs_end"})
     assert noise_cell(ds.manifest["targets"][TARGET]["noise"]) == "1.23% (p90 3.5%)"
     assert noise_cell({}) == "not measured" and "not measured" in noise_line({})
+    assert "half of its 4 campaigns" in noise_line({"e2e_retest_mdape": 3.1, "campaigns": 4,
+                                                   "retest": "split_half_campaigns"})
     ev = protocol_split(ds, TARGET, families=("lasso",), searches=("none",), baselines=False)
     text = write_report(ev, tmp_path / "rep").read_text()
     assert "| MAPE | label noise |" in text and "| 1.23% (p90 3.5%) |" in text

@@ -27,7 +27,10 @@ def noise_line(noise: dict[str, Any]) -> str:
     """One sentence: both levels, how many retests, and what was compared."""
     if noise.get("e2e_retest_mdape") is None and noise.get("kernel_retest_mdape") is None:
         return "label noise: not measured for this dataset"
-    pair = {"start_vs_end": "retests at the start and end of its campaign"}.get(
+    pair = {"start_vs_end": "retests at the start and end of its campaign",
+            "split_half_campaigns": (f"the median of half of its {noise.get('campaigns', '?')} "
+                                     "campaigns against the other half's: an upper bound "
+                                     "for the combined labels")}.get(
         str(noise.get("retest")), "label vs a retest at the end of its campaign")
     return (f"label noise (test-retest MdAPE, {pair}, {noise.get('n_retest', '?')} models): "
             f"end to end {noise_cell(noise)}, per kernel {noise_cell(noise, 'kernel')}")

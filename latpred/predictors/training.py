@@ -71,12 +71,35 @@ def with_graph_columns(kernels: pd.DataFrame) -> pd.DataFrame:
     that already have it (datasets never store it) are left as they are."""
     from latpred.features import CONTEXT, context_bytes
 
-    kernels = with_op_code(kernels)
+    kernels = with_group_columns(with_op_code(kernels))
     if FEATURE_PREFIX + CONTEXT in kernels:
         return kernels
     moved = kernels[FEATURE_PREFIX + "bytes_read"] + kernels[FEATURE_PREFIX + "bytes_written"]
     total = moved.groupby(kernels["model_id"]).transform("sum").to_numpy(np.float64)
     return kernels.assign(**{FEATURE_PREFIX + CONTEXT: context_bytes(total)})
+
+
+def with_group_columns(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The grouped convolutions' per-group columns (`latpred.features.kernel.group_columns`)
+    filled in where a dataset featurized before they existed lacks them."""
+    from latpred.features.kernel import GROUP_COLUMNS, group_columns
+
+    rows = (kernels["kernel_type"] == "grouped_conv2d").to_numpy() if "kernel_type" in kernels \
+        else np.zeros(len(kernels), bool)
+    cols = [FEATURE_PREFIX + c for c in GROUP_COLUMNS]
+    if not rows.any() or all(c in kernels and kernels.loc[rows, c].notna().all() for c in cols):
+        return kernels
+    sub = kernels.loc[rows]
+    derived = group_columns(sub[FEATURE_PREFIX + "input_c"], sub[FEATURE_PREFIX + "filters"],
+                            sub[FEATURE_PREFIX + "groups"])
+    kernels = kernels.copy()
+    for name, values in derived.items():
+        col = FEATURE_PREFIX + name
+        if col not in kernels:
+            kernels[col] = np.nan
+        kernels.loc[rows, col] = kernels.loc[rows, col].fillna(
+            pd.Series(values.astype(np.float64), index=sub.index))
+    return kernels
 
 
 def with_op_code(kernels: pd.DataFrame) -> pd.DataFrame:

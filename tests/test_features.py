@@ -378,3 +378,30 @@ def test_context_bytes_is_rounded_to_eighths_of_an_octave():
     assert c[0] == 0 and np.all(np.abs(c[1:] / x[1:] - 1) <= 2 ** (1 / 16) - 1)
     assert c[2] == c[3]   # 1% apart, on one side of a level boundary: one level
     assert np.allclose(np.log2(c[1:]) * 8, np.round(np.log2(c[1:]) * 8))
+
+
+def test_grouped_conv_gets_its_per_group_shape():
+    """cuDNN's (and XNNPACK's) choice of kernels turns on the channels of one group and their
+    alignment, which a tree cannot derive from totals: given as features, and filled in for
+    datasets featurized before them."""
+    import pandas as pd
+
+    from latpred.predictors.training import with_graph_columns
+
+    b = GraphBuilder()
+    x = b.input((1, 14, 14, 312))
+    b.output(b.conv2d(x, 208, 3, groups=13))
+    g = b.build()
+    target = parse_target("h100/cuda/fp16")
+    (k,) = [k for k in deduce(g, target) if k.type == "grouped_conv2d"]
+    f = kernel_features(g, k, target)
+    assert (f["group_in_c"], f["group_out_c"], f["group_in_align"], f["group_out_align"]) == \
+        (24, 16, 8, 16)
+    assert "group_in_c" in FEATURES["grouped_conv2d"] and "group_in_c" not in FEATURES["conv2d"]
+    old = pd.DataFrame({"model_id": ["m", "m"], "kernel_type": ["grouped_conv2d", "conv2d"],
+                        "ops": ["CONV_2D", "CONV_2D"], "f_input_c": [312.0, 8.0],
+                        "f_filters": [208.0, 8.0], "f_groups": [13.0, 1.0],
+                        "f_bytes_read": [1.0, 1.0], "f_bytes_written": [1.0, 1.0]})
+    filled = with_graph_columns(old)
+    assert filled["f_group_in_c"].iloc[0] == 24 and filled["f_group_out_align"].iloc[0] == 16
+    assert math.isnan(filled["f_group_in_c"].iloc[1])

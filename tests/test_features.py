@@ -397,11 +397,16 @@ def test_grouped_conv_gets_its_per_group_shape():
     f = kernel_features(g, k, target)
     assert (f["group_in_c"], f["group_out_c"], f["group_in_align"], f["group_out_align"]) == \
         (24, 16, 8, 16)
+    assert f["group_gemm_k"] == 24 * 9 and f["group_flops"] == f["flops"] // 13
+    assert f["group_param_bytes"] == f["param_bytes"] // 13
     assert "group_in_c" in FEATURES["grouped_conv2d"] and "group_in_c" not in FEATURES["conv2d"]
     old = pd.DataFrame({"model_id": ["m", "m"], "kernel_type": ["grouped_conv2d", "conv2d"],
                         "ops": ["CONV_2D", "CONV_2D"], "f_input_c": [312.0, 8.0],
                         "f_filters": [208.0, 8.0], "f_groups": [13.0, 1.0],
+                        "f_kernel_h": [3.0, 1.0], "f_kernel_w": [3.0, 1.0],
+                        "f_flops": [1300.0, 8.0], "f_param_bytes": [2600.0, 8.0],
                         "f_bytes_read": [1.0, 1.0], "f_bytes_written": [1.0, 1.0]})
     filled = with_graph_columns(old)
     assert filled["f_group_in_c"].iloc[0] == 24 and filled["f_group_out_align"].iloc[0] == 16
+    assert filled["f_group_gemm_k"].iloc[0] == 216 and filled["f_group_flops"].iloc[0] == 100
     assert math.isnan(filled["f_group_in_c"].iloc[1])

@@ -88,7 +88,8 @@ CONTEXT = "context_bytes"
 _CTX = (CONTEXT,)
 
 # A grouped convolution's per-group shape (`group_columns`).
-GROUP_COLUMNS = ("group_in_c", "group_out_c", "group_in_align", "group_out_align")
+GROUP_COLUMNS = ("group_in_c", "group_out_c", "group_in_align", "group_out_align",
+                 "group_gemm_k", "group_flops", "group_param_bytes")
 
 # Column order per kernel type: what a regressor for that type is trained on.
 FEATURES: Mapping[str, tuple[str, ...]] = {
@@ -219,28 +220,32 @@ def _has_bias(op: Op) -> bool:
 
 # Kernel types whose main op may come from another category than the usual one (the delegate
 # rewrites convolutions; ops outside the element-wise lists); these fill the missing columns.
-def group_columns(input_c, filters, groups) -> dict:
-    """`GROUP_COLUMNS` from a grouped convolution's channels, filters and group count (ints or
-    numpy arrays): the input and output channels of one group, and the largest power of two
-    (at most 16) dividing each.
+def group_columns(f) -> dict:
+    """`GROUP_COLUMNS` from a grouped convolution's features (a dict of ints, or a frame of
+    columns without the `f_` prefix): the input and output channels of one group, the largest
+    power of two (at most 16) dividing each, and one group's implicit-GEMM K (in-channels x
+    kernel taps), FLOPs and weight bytes.
 
     Which kernels a library runs for a grouped convolution turns on the per-group shape, not
     on totals: cuDNN 9.19 on the H100 runs some as one grouped GEMM and others as a loop over
     groups with layout transforms, and its vectorized fp16 paths need channels in multiples of
     8. A tree cannot form a ratio or a divisibility from its inputs, so they are given
-    (grouped-conv per-kernel MAPE on h100-cuda-synthetic, held-out models, LightGBM: 22.6% with
-    the totals alone, 14.8% with these)."""
-    g = np.maximum(np.asarray(groups, dtype=np.int64), 1)
-    gin = np.asarray(input_c, dtype=np.int64) // g
-    gout = np.asarray(filters, dtype=np.int64) // g
+    (grouped-conv per-kernel MAPE on h100-cuda-synthetic, held-out models, LightGBM, three
+    splits: 22.6% with totals alone on the first, 14.8% with channels and alignment, ~12.6%
+    on average with the GEMM K, FLOPs and weights of one group too)."""
+    g = np.maximum(np.asarray(f["groups"], dtype=np.int64), 1)
+    gin = np.asarray(f["input_c"], dtype=np.int64) // g
+    gout = np.asarray(f["filters"], dtype=np.int64) // g
     align = lambda x: np.minimum(x & -x, 16)  # noqa: E731  lowest set bit; 0 stays 0
+    taps = np.asarray(f["kernel_h"], dtype=np.int64) * np.asarray(f["kernel_w"], dtype=np.int64)
     return {"group_in_c": gin, "group_out_c": gout, "group_in_align": align(gin),
-            "group_out_align": align(gout)}
+            "group_out_align": align(gout), "group_gemm_k": gin * taps,
+            "group_flops": np.asarray(f["flops"], dtype=np.int64) // g,
+            "group_param_bytes": np.asarray(f["param_bytes"], dtype=np.int64) // g}
 
 
 def _complete_grouped(graph: Graph, op: Op, f: Features) -> None:
-    cols = group_columns(f["input_c"], f["filters"], f.get("groups", 1))
-    f.update({k: int(v) for k, v in cols.items()})
+    f.update({k: int(v) for k, v in group_columns({"groups": f.get("groups", 1), **f}).items()})
 
 
 _COMPLETE = {"fc": _complete_fc, "dwconv2d": _complete_dw, "mean": _complete_mean,

@@ -90,8 +90,8 @@ def with_group_columns(kernels: pd.DataFrame) -> pd.DataFrame:
     if not rows.any() or all(c in kernels and kernels.loc[rows, c].notna().all() for c in cols):
         return kernels
     sub = kernels.loc[rows]
-    derived = group_columns(sub[FEATURE_PREFIX + "input_c"], sub[FEATURE_PREFIX + "filters"],
-                            sub[FEATURE_PREFIX + "groups"])
+    derived = group_columns({c[len(FEATURE_PREFIX):]: sub[c] for c in sub.columns
+                             if c.startswith(FEATURE_PREFIX)})
     kernels = kernels.copy()
     for name, values in derived.items():
         col = FEATURE_PREFIX + name

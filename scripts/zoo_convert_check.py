@@ -7,12 +7,15 @@ take and give NCHW tensors as a PyTorch model does); then
 (b) litert-torch converts the same module (channels-last I/O, as scripts/torch_convert_check.py
     does) and the file, read by `read_tflite`, is compared with `from_torch(module)`,
 
-each by op sequence (types; types + attributes + output shapes), the output shapes of the
-compute ops (convolutions, FC, pools, MEAN), the graph outputs, multiply-accumulates
-(`latpred.zoo.mac_count`), parameters (`latpred.zoo.param_count`) and the latency a GBDT
-predictor trained on DATA predicts (`host/cpu/fp32/t1`, `allow_fallback`).
+each by op sequence (types; types + attributes + output shapes + input shapes up to leading
+size-1 axes), the output shapes of the compute ops (convolutions, FC, pools, MEAN), the graph
+outputs, multiply-accumulates (`latpred.zoo.mac_count`), parameters (`latpred.zoo.param_count`,
+a weight tensor that several ops read counted once per reader) and the latency a GBDT
+predictor trained on DATA predicts (`host/cpu/fp32/t1`, `allow_fallback`). Graphs are compared
+through `describe(graph)`, a small JSON-able description holding all of the above but latency.
 
-Two steps, in two environments (the converter never enters .venv):
+Two steps, in two environments (the converter never enters .venv), and a third that keeps (b)
+in the test suite:
 
 1. convert (in the converter venv of docs/pytorch.md; it imports latpred from this tree):
        CONVENV/bin/python scripts/zoo_convert_check.py convert --out /tmp/zooconv [--models ...]
@@ -22,6 +25,12 @@ Two steps, in two environments (the converter never enters .venv):
        .venv/bin/python scripts/zoo_convert_check.py compare --out /tmp/zooconv [--data DIR]
    prints one block per model and writes summary.json and table.md under --out. Models without
    a converter file get (a) only.
+3. fixture (in .venv; the models named must all be converted):
+       .venv/bin/python scripts/zoo_convert_check.py fixture --out /tmp/zooconv
+   writes FIXTURE (tests/fixtures/from_torch/zoo_litert_torch_0.10.json.gz): per model,
+   `describe` of litert-torch's file, the input shape and the weight checksum (with `--models`
+   or `--subset`, only those entries are replaced). tests/test_pytorch_zoo_fixture.py compares
+   from_torch with it (`versus`, compare's (b)) without the converter.
 
 `--models` takes zoo names or families (`--models regnet mobilenet_v3_small`); the default is
 the whole zoo, `--subset` one or two models per family (SUBSET).
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import gzip
 import json
 import sys
 import time
@@ -41,6 +51,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # latpred from this tree (the converter venv does not install it)
+FIXTURE = ROOT / "tests" / "fixtures" / "from_torch" / "zoo_litert_torch_0.10.json.gz"
 
 # one or two per family: the smallest width where the width changes nothing structural
 SUBSET = ["mobilenet_v1_1.0", "mobilenet_v2_1.0", "mobilenet_v3_large", "mobilenet_v3_small",
@@ -94,6 +105,8 @@ def select(names: list[str] | None, subset: bool) -> list[str]:
 
 
 def convert(out: Path, names: list[str], force: bool) -> None:
+    from importlib.metadata import version
+
     import litert_torch
 
     out.mkdir(parents=True, exist_ok=True)
@@ -114,51 +127,112 @@ def convert(out: Path, names: list[str], force: bool) -> None:
             continue
         seconds = time.time() - t0
         (out / f"{name}.json").write_text(json.dumps(
-            {"input": [n, c, h, w], "checksum": checksum(m), "seconds": round(seconds, 1)}))
+            {"input": [n, c, h, w], "checksum": checksum(m), "seconds": round(seconds, 1),
+             "litert_torch": version("litert-torch"), "torch": torch.__version__}))
         print(f"{name}: converted in {seconds:.0f} s", flush=True)
 
 
-def _ops(g) -> list:
-    return [[op.type, json.loads(json.dumps({k: v for k, v in op.attrs if k in KEYS})),
-             [list(g.tensors[o].shape) for o in op.outputs]] for op in g.ops]
+def describe(g) -> dict:
+    """What `diff` compares of graph `g`, as JSON: each op in execution order as [type,
+    attributes among KEYS, input shapes (None for an absent optional input), output shapes],
+    the graph outputs' shapes, `mac_count`, parameters and shared weight tensors.
 
-
-def _compute(g) -> list:
-    """(type, output shape, attributes but padding, padding) of each compute op."""
-    return [(op.type, tuple(g.tensors[op.outputs[0]].shape),
-             json.dumps({k: v for k, v in op.attrs if k in KEYS and k != "padding"},
-                        sort_keys=True), op.attr("padding")) for op in g.ops
-            if op.type in COMPUTE]
-
-
-def diff(a, b, a_name: str, b_name: str) -> dict:
-    """How graph `a` differs from graph `b`."""
+    "params" is `param_count` with a weight tensor that several ops read counted once per
+    reader, "shared" the number of such tensors. from_torch and the zoo never share one;
+    litert-torch 0.10.0 does, wrongly: it gives some convolutions with weights of one shape the
+    weights of another (see docs/pytorch.md), and `param_count` of its file comes out low."""
     from latpred.zoo import mac_count, param_count
 
-    ta, tb = [op.type for op in a.ops], [op.type for op in b.ops]
+    def shape(t: int):
+        return list(g.tensors[t].shape) if t >= 0 else None
+
+    readers = Counter(i for op in g.ops for i in set(op.inputs) if i >= 0)
+    weights = [i for i, t in enumerate(g.tensors)
+               if t.is_constant and t.value is None and t.shape and t.dtype == "float32"]
+    extra = sum(g.tensors[i].size * (readers[i] - 1) for i in weights if readers[i] > 1)
+    return {"ops": [[op.type, json.loads(json.dumps({k: v for k, v in op.attrs if k in KEYS})),
+                     [shape(i) for i in op.inputs], [shape(o) for o in op.outputs]]
+                    for op in g.ops],
+            "outputs": [shape(t) for t in g.outputs],
+            "macs": mac_count(g), "params": param_count(g) + extra,
+            "shared": sum(readers[i] > 1 for i in weights)}
+
+
+def _compute(d: dict) -> list:
+    """(type, output shape, attributes but padding, padding) of each compute op."""
+    return [(t, outputs[0], json.dumps({k: v for k, v in attrs.items() if k != "padding"},
+                                       sort_keys=True), attrs.get("padding"))
+            for t, attrs, _, outputs in d["ops"] if t in COMPUTE]
+
+
+def _broadcast(op: list) -> list:
+    """An op of `describe` with its input shapes' leading size-1 axes dropped: a per-channel
+    operand as [C] or [1, 1, 1, C] broadcasts alike (inputs that other ops write are compared
+    exactly as those ops' outputs)."""
+    def strip(s):
+        while s and s[0] == 1:
+            s = s[1:]
+        return s
+
+    return [op[0], op[1], [None if s is None else strip(s) for s in op[2]], op[3]]
+
+
+def diff(a: dict, b: dict, a_name: str, b_name: str) -> dict:
+    """How graph `a` differs from graph `b`, both as `describe` gives them."""
+    ta, tb = [op[0] for op in a["ops"]], [op[0] for op in b["ops"]]
     ca, cb = Counter(ta), Counter(tb)
     ka, kb = _compute(a), _compute(b)
+    same = [_broadcast(x) == _broadcast(y) for x, y in zip(a["ops"], b["ops"])]
     return {"ops": [len(ta), len(tb)],
             "same_types": ta == tb,
-            "same_ops": _ops(a) == _ops(b),          # types, attributes and output shapes
+            # types, attributes, output shapes and input shapes up to leading size-1 axes
+            "same_ops": ta == tb and all(same),
+            "rank_only": sum(x != y for x, y, s in zip(a["ops"], b["ops"], same) if s),
             "same_compute_shapes": [c[:2] for c in ka] == [c[:2] for c in kb],
             "same_compute_attrs": [c[:3] for c in ka] == [c[:3] for c in kb],
             "padding_differs": sum(x[3] != y[3] for x, y in zip(ka, kb))
             if len(ka) == len(kb) else None,
-            "same_outputs": [a.tensors[t].shape for t in a.outputs] ==
-                            [b.tensors[t].shape for t in b.outputs],
-            "macs": [mac_count(a), mac_count(b)], "params": [param_count(a), param_count(b)],
+            "same_outputs": a["outputs"] == b["outputs"],
+            "macs": [a["macs"], b["macs"]], "params": [a["params"], b["params"]],
+            "shared": [a["shared"], b["shared"]],
             "extra": dict(sorted((ca - cb).items())), "missing": dict(sorted((cb - ca).items())),
             "type_diff": list(difflib.unified_diff(tb, ta, b_name, a_name, n=1,
                                                    lineterm=""))[:80]}
 
 
+def identical(d: dict) -> bool:
+    """Whether a `diff` (or `versus`) found nothing that differs."""
+    return (d["same_ops"] and d["same_outputs"] and d["macs"][0] == d["macs"][1] and
+            d["params"][0] == d["params"][1] and d.get("same_weights", True))
+
+
+def versus(ours, module: torch.nn.Module, theirs: dict) -> dict:
+    """How `from_torch`'s graph `ours` of `module` differs from `theirs`, litert-torch's file of
+    the same module as `describe` gives it plus the module's "checksum" at conversion; (b) of
+    compare, and the test against FIXTURE."""
+    d = diff(describe(ours), theirs, "from_torch", "litert_torch")
+    d["same_weights"] = abs(theirs["checksum"] - checksum(module)) <= \
+        1e-6 * max(1.0, abs(theirs["checksum"]))
+    return d
+
+
+def from_torch_zoo(name: str):
+    """(zoo Graph, NCHW module, from_torch's graph of it) for zoo model `name`."""
+    from latpred import from_torch
+
+    zoo, m, shape = zoo_module(name)
+    torch.manual_seed(0)
+    return zoo, m, from_torch(m, torch.randn(*shape))
+
+
 def _word(d: dict, a_name: str) -> str:
     """One line: what differs."""
-    if d["same_ops"]:
+    if identical(d):
         return "identical"
     parts = []
-    if d["same_types"]:
+    if d["same_ops"]:
+        parts.append("same ops")
+    elif d["same_types"]:
         parts.append("same op types, attributes or shapes differ")
     else:
         plus = ", ".join(f"+{v} {k}" for k, v in d["extra"].items())
@@ -174,11 +248,23 @@ def _word(d: dict, a_name: str) -> str:
         parts.append(f"MACs {d['macs'][0]:,} vs {d['macs'][1]:,}")
     if d["params"][0] != d["params"][1]:
         parts.append(f"params {d['params'][0]:,} vs {d['params'][1]:,}")
+    if not d["same_outputs"]:
+        parts.append("graph outputs' shapes DIFFER")
+    if not d.get("same_weights", True):
+        parts.append("WEIGHTS DIFFER")
     return "; ".join(parts)
 
 
+def _notes(d: dict, b_name: str) -> str:
+    """Notes on what `identical` lets pass: weight tensors that `b` shares between ops, inputs
+    whose shapes differ only in leading size-1 axes."""
+    n, r = d["shared"][1] - d["shared"][0], d["rank_only"]
+    notes = ([f"{b_name} shares {n} weight tensor{'s' * (n > 1)} between ops"] if n > 0 else []) \
+        + ([f"{r} op{'s' * (r > 1)}' inputs differ in leading size-1 axes"] if r else [])
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def compare(out: Path, names: list[str], data: str) -> None:
-    from latpred import from_torch
     from latpred.predictors import LatencyModel
     from latpred.tflite import read_tflite
     from latpred.zoo import ZOO
@@ -190,19 +276,16 @@ def compare(out: Path, names: list[str], data: str) -> None:
 
     rows = []
     for name in names:
-        zoo, m, shape = zoo_module(name)
-        torch.manual_seed(0)
-        ours = from_torch(m, torch.randn(*shape))
+        zoo, m, ours = from_torch_zoo(name)
         row = {"name": name, "family": ZOO[name].family,
-               "a": diff(ours, zoo, "from_torch", "zoo"), "predicted_ms": {}}
+               "a": diff(describe(ours), describe(zoo), "from_torch", "zoo"),
+               "predicted_ms": {}}
         row["predicted_ms"]["zoo"], row["predicted_ms"]["from_torch"] = ms(zoo), ms(ours)
         path, meta = out / f"{name}.tflite", out / f"{name}.json"
         if path.exists() and meta.exists():
             info = json.loads(meta.read_text())
             theirs = read_tflite(path)
-            row["b"] = diff(ours, theirs, "from_torch", "litert_torch")
-            row["b"]["same_weights"] = abs(info["checksum"] - checksum(m)) <= \
-                1e-6 * max(1.0, abs(info["checksum"]))
+            row["b"] = versus(ours, m, describe(theirs) | {"checksum": info["checksum"]})
             row["convert_s"] = info.get("seconds")
             row["predicted_ms"]["litert_torch"] = ms(theirs)
             p = row["predicted_ms"]
@@ -213,10 +296,10 @@ def compare(out: Path, names: list[str], data: str) -> None:
         print(f"{name}: (a) from_torch vs zoo: {_word(row['a'], 'from_torch')}; predicted "
               f"{p['from_torch']:.3f} vs {p['zoo']:.3f} ms", flush=True)
         if "b" in row:
-            print(f"    (b) from_torch vs litert-torch: {_word(row['b'], 'from_torch')}; "
+            print(f"    (b) from_torch vs litert-torch: {_word(row['b'], 'from_torch')}"
+                  f"{_notes(row['b'], 'litert-torch')}; "
                   f"predicted {p['from_torch']:.3f} vs {p['litert_torch']:.3f} ms "
-                  f"({row['b']['latency_diff_pct']:+.2f}%)"
-                  + ("" if row["b"]["same_weights"] else "; WEIGHTS DIFFER"), flush=True)
+                  f"({row['b']['latency_diff_pct']:+.2f}%)", flush=True)
             if not row["b"]["same_types"]:
                 print("\n".join("      " + d for d in row["b"]["type_diff"][:40]))
         else:
@@ -224,6 +307,50 @@ def compare(out: Path, names: list[str], data: str) -> None:
     (out / "summary.json").write_text(json.dumps(rows, indent=1))
     (out / "table.md").write_text(table(rows))
     print(f"wrote {out / 'summary.json'} and {out / 'table.md'}")
+
+
+def fixture(out: Path, names: list[str], path: Path, merge: bool) -> None:
+    """Write `path`: per model, `describe` of litert-torch's file in `out`, with the input shape
+    and the weight checksum of the converted module (what `versus` needs). With `merge` (some
+    models named), the other models' entries of an existing file are kept."""
+    from latpred.tflite import read_tflite
+
+    missing = [n for n in names if not (out / f"{n}.tflite").exists()
+               or not (out / f"{n}.json").exists()]
+    if missing:
+        raise SystemExit(f"not converted in {out}: {' '.join(missing)}")
+    doc = load_fixture(path) if merge and path.exists() else {"models": {}}
+    versions = set()
+    for name in names:
+        info = json.loads((out / f"{name}.json").read_text())
+        doc["models"][name] = {"input": info["input"], "checksum": info["checksum"],
+                               **describe(read_tflite(out / f"{name}.tflite"))}
+        versions.add("litert-torch {} (torch {})".format(info.get("litert_torch", "?"),
+                                                         info.get("torch", "?")))
+        print(f"{name}: {len(doc['models'][name]['ops'])} ops", flush=True)
+    versions |= {doc["converter"]} if "converter" in doc else set()
+    if len(versions) != 1:
+        raise SystemExit(f"converted by more than one converter version: {sorted(versions)}")
+    doc = {"converter": versions.pop(),
+           "made_by": "scripts/zoo_convert_check.py fixture",
+           "models": dict(sorted(doc["models"].items(), key=lambda kv: _order(kv[0])))}
+    text = json.dumps(doc, separators=(",", ":")).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(text, mtime=0) if path.suffix == ".gz" else text)
+    print(f"wrote {path}: {len(doc['models'])} models, {path.stat().st_size:,} bytes "
+          f"({len(text):,} as JSON)")
+
+
+def _order(name: str) -> int:
+    from latpred.zoo import ZOO
+
+    return list(ZOO).index(name)
+
+
+def load_fixture(path: Path = FIXTURE) -> dict:
+    """The fixture `fixture` wrote (gzipped JSON if its name ends in .gz)."""
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
 
 
 def _counts(d: dict) -> str:
@@ -244,8 +371,7 @@ def table(rows: list[dict]) -> str:
         same = (lambda d: d["macs"][0] == d["macs"][1] and d["params"][0] == d["params"][1])
         totals = (f"equal: {2 * a['macs'][1] / 1e6:,.0f}, {a['params'][1]:,}"
                   if same(a) and (b is None or same(b)) else "DIFFER (see summary.json)")
-        vs_b = ("identical" if b["same_ops"] and b["same_weights"] else _word(b, "from_torch")
-                + ("" if b["same_weights"] else "; weights differ")) if b else "not converted"
+        vs_b = _word(b, "from_torch") + _notes(b, "litert-torch") if b else "not converted"
         lt = f"{p['litert_torch']:.3f}" if b else "-"
         da = 100 * (p["from_torch"] - p["zoo"]) / p["zoo"]
         db = f"{b['latency_diff_pct']:+.2f}%" if b else "-"
@@ -256,19 +382,22 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=("convert", "compare"))
+    ap.add_argument("step", choices=("convert", "compare", "fixture"))
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--models", nargs="*", help="zoo names or families (default: all)")
     ap.add_argument("--subset", action="store_true", help="one or two models per family")
     ap.add_argument("--force", action="store_true", help="convert again what was converted")
     ap.add_argument("--data", default=str(ROOT / "datasets" / "host-cpu-synthetic-sequential"))
+    ap.add_argument("--fixture", type=Path, default=FIXTURE, help="fixture: the file to write")
     args = ap.parse_args()
     torch.set_num_threads(1)
     names = select(args.models, args.subset)
     if args.step == "convert":
         convert(args.out, names, args.force)
-    else:
+    elif args.step == "compare":
         compare(args.out, names, args.data)
+    else:
+        fixture(args.out, names, args.fixture, merge=bool(args.models or args.subset))
 
 
 if __name__ == "__main__":

@@ -83,8 +83,38 @@ def _assign(raw, nvtx, names: dict[int, list[str]]) -> list[int | None]:
     return out
 
 
-def counters(run: Path) -> tuple[pd.DataFrame, dict]:
-    """Per-workload counters of one device call (module docstring) and their units."""
+# Metrics that count events over the workload, so that their rate is count / time: every
+# `.sum`, and the per-unit `.avg` / `.max` / `.min` (or bare-named) metrics in a count unit or
+# none;
+# launch configuration, device attributes, ratios (`.ratio`, `.per_cycle_active`, ...) and
+# sampler settings are not counts.
+COUNT_UNITS = frozenset({"inst", "cycle", "sector", "sectors", "warp", "thread", "block",
+                         "request", "branches", "byte", "Kbyte", "Mbyte", "Gbyte", "Tbyte",
+                         "sample"})
+_NOT_COUNTS = ("launch__", "device__", "profiler__", "derived__", "smsp__pcsamp_interval",
+               "smsp__pcsamp_buffer", "smsp__pcsamp_dropped", "sm__maximum_", "smsp__maximum_")
+
+
+def is_count(name: str, units: dict) -> bool:
+    """A metric that counts events over the workload (its rate is count / time)."""
+    if name.endswith(".sum"):
+        return True
+    if name == "smsp__pcsamp_sample_count":      # PC samples: one per interval of run time
+        return True
+    unit = units.get(name, "")
+    if name.startswith(_NOT_COUNTS) or (unit and unit not in COUNT_UNITS):
+        return False
+    last = name.rsplit(".", 1)[-1] if "." in name else ""
+    # a unitless metric is a count only as a per-unit .avg / .max / .min (e.g. wavefronts)
+    return last in ("avg", "max", "min") or (last == "" and unit != "")
+
+
+def counters(run: Path, sum_counts: bool = False) -> tuple[pd.DataFrame, dict]:
+    """Per-workload counters of one device call (module docstring) and their units.
+
+    `.sum` metrics are summed over the workload's CUDA kernels and everything else is weighted
+    by kernel time (the shipped dataset); with `sum_counts`, every count (`is_count`) is summed
+    too: a time-weighted mean of counts is not a count (three equal kernels give a third)."""
     raw, nvtx = _chunks(run / "ncu_raw.csv.gz"), _chunks(run / "ncu_nvtx.csv.gz")
     if not raw:
         return pd.DataFrame(), {}
@@ -114,7 +144,8 @@ def counters(run: Path) -> tuple[pd.DataFrame, dict]:
             v = g[c].to_numpy(float)
             if np.isnan(v).all():
                 continue
-            row[c] = float(np.nansum(v)) if c.endswith(".sum") else \
+            summed = is_count(c, units) if sum_counts else c.endswith(".sum")
+            row[c] = float(np.nansum(v)) if summed else \
                 float(np.nansum(np.nan_to_num(v) * wt))
         rows.append(row)
     return pd.DataFrame(rows), units

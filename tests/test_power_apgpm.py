@@ -97,3 +97,54 @@ def test_bad_criterion():
     X, y = _law(n=50)
     with pytest.raises(ValueError):
         APGPM(criterion="bic").fit(X, y)
+
+
+def test_clip_keeps_the_linear_law_inside_the_training_range():
+    X, y = _law()
+    plain = APGPM().fit(X.iloc[:200], y[:200])
+    clipped = APGPM(clip=True).fit(X.iloc[:200], y[:200])
+    far = X.iloc[200:210] * 10.0                       # ten times any training workload
+    coef = clipped.linear_.coef_                        # the law's largest value in the box
+    hi = clipped.linear_.intercept_ + np.maximum(coef * clipped.lo_, coef * clipped.hi_).sum()
+    assert (clipped.predict(far) <= hi + 1e-6).all()
+    assert plain.predict(far).max() > 2 * hi             # the unclipped law extrapolates
+    inside = X.iloc[200:]
+    in_range = ((inside[clipped.counters_] >= clipped.lo_) &
+                (inside[clipped.counters_] <= clipped.hi_)).all(axis=1).to_numpy()
+    assert np.allclose(clipped.predict(inside)[in_range], plain.predict(inside)[in_range])
+    assert clipped.summary()["clip"] is True
+
+
+def test_select_chooses_the_setting_with_the_lowest_cv_error():
+    from latpred.power import APGPMSelect
+
+    X, y = _law(n=150)
+    # a crippled candidate (one counter only: every cluster merged) must lose to the paper's
+    sel = APGPMSelect(candidates={"merged": {"distance_factor": 1e6},
+                                  "paper": {"criterion": "adjusted"}}).fit(X, y)
+    assert set(sel.cv_mape_) == {"merged", "paper"}
+    assert sel.chosen_ == "paper" and sel.cv_mape_["paper"] < sel.cv_mape_["merged"]
+    assert sel.summary()["chosen"] == "paper"
+    ref = APGPM(criterion="adjusted").fit(X, y)        # refitted on every workload
+    assert np.allclose(sel.predict(X), ref.predict(X))
+    assert sel.counters_ == ref.counters_
+
+
+def test_count_metrics_are_summed_over_cuda_kernels_and_ratios_are_not():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from power_counters import is_count
+
+    units = {"smsp__cycles_active.avg": "cycle", "l1tex__data_pipe_lsu_wavefronts.avg": "",
+             "sm__warps_active.avg.per_cycle_active": "warp", "launch__grid_size": "",
+             "launch__thread_count": "thread", "inst_executed": "inst",
+             "sm__throughput.avg.pct_of_peak_sustained_elapsed": "%",
+             "smsp__average_warp_latency_per_inst_issued.ratio": "cycle",
+             "dram__bytes.sum.per_second": "Gbyte/s", "smsp__pcsamp_sample_count": "",
+             "Block Size": ""}
+    counts = {n for n in units if is_count(n, units)} | {n for n in ("x.sum",)
+                                                           if is_count(n, units)}
+    assert counts == {"smsp__cycles_active.avg", "l1tex__data_pipe_lsu_wavefronts.avg",
+                      "inst_executed", "smsp__pcsamp_sample_count", "x.sum"}

@@ -103,3 +103,22 @@ def test_predict_prints_energy_when_an_energy_model_is_present(energy_model, tmp
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "predicted energy per inference" in res.output and "energy mJ" in res.output
+
+
+def test_energy_error_decomposition():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from power_eval import decompose
+
+    ids = [f"m{i}" for i in range(9)]
+    lat = pd.Series(np.linspace(0.2, 1.0, 9), index=ids)          # undisturbed latency
+    meas = pd.DataFrame({"latency_ms": 1.08 * lat, "power_dyn_w": np.linspace(60, 140, 9)},
+                        index=ids)
+    y = meas.power_dyn_w * meas.latency_ms
+    pred = 1.10 * meas.power_dyn_w * 1.08 * lat               # power 10% high, latency exact
+    d = decompose(pred, y, lat, meas, 1.08)
+    assert d["latency_part_mape"] == pytest.approx(0, abs=1e-9)
+    assert d["power_part_signed"] == pytest.approx(10, rel=1e-9)
+    assert d["by_energy_tercile"]["large"]["models"] == 3
+    assert d["by_energy_tercile"]["small"]["signed"] == pytest.approx(10, rel=1e-9)

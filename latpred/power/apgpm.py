@@ -23,7 +23,12 @@ on any table of per-workload counter event rates and measured power:
    The search stops when the score has not grown by `min_gain` in `patience` clusters in a row.
    The score is the adjusted R^2 of the training fit (`criterion="adjusted"`) or the R^2 of
    `folds`-fold cross-validated predictions (`"heldout"`); the paper's plain R^2 always grows.
-5. The power model: ordinary least squares on the chosen representatives.
+5. The power model: ordinary least squares on the chosen representatives. With `clip`, a
+   representative outside its training range is clipped to it before the linear model (a
+   linear law is not extrapolated past the workloads it was fitted on).
+
+`APGPMSelect` chooses among APGPM settings (selection criterion, clipping, ...) by k-fold
+cross-validated MAPE on the training workloads only, then refits the chosen one on all of them.
 
 Baselines on the same data (section 5.5): `UtilFreqModel` (power linear in utilization, one
 fit per frequency, eq. 1), `AllCountersModel` (one regression on every counter), `TopKModel`
@@ -156,8 +161,9 @@ class APGPM:
     def __init__(self, distance_factor: float = 0.05, criterion: str = "adjusted",
                  min_gain: float = 0.01, patience: int = 5, add_gain: float = 0.001,
                  inverted: bool = False,
-                 combine_top: int = 0, folds: int = 5, seed: int = 0):
+                 combine_top: int = 0, folds: int = 5, seed: int = 0, clip: bool = False):
         self.distance_factor = distance_factor
+        self.clip = clip
         self.criterion = criterion
         self.min_gain = min_gain
         self.patience = patience
@@ -216,6 +222,8 @@ class APGPM:
         self.counters_ = chosen
         self.score_ = best
         self.linear_ = LinearRegression().fit(C[chosen].to_numpy(), y)
+        self.lo_ = C[chosen].to_numpy().min(axis=0)
+        self.hi_ = C[chosen].to_numpy().max(axis=0)
         self._columns = list(C.columns)
         self._base = [c for c in _base_counters(chosen)]
         return self
@@ -225,7 +233,10 @@ class APGPM:
         return np.column_stack([_counter_values(X, c) for c in self.counters_])
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
-        return self.linear_.predict(self.transform(X))
+        A = self.transform(X)
+        if self.clip:
+            A = np.clip(A, self.lo_, self.hi_)
+        return self.linear_.predict(A)
 
     @property
     def counters_used_(self) -> list[str]:
@@ -236,9 +247,59 @@ class APGPM:
         return {"n_counters": self.n_counters_, "n_candidates": self.n_candidates_,
                 "n_clusters": len(self.clusters_), "n_significant": len(self.counters_),
                 "representatives": self.counters_, "counters_used": self.counters_used_,
-                "score": self.score_, "criterion": self.criterion,
+                "score": self.score_, "criterion": self.criterion, "clip": self.clip,
                 "coef": dict(zip(self.counters_, self.linear_.coef_.tolist())),
                 "intercept": float(self.linear_.intercept_)}
+
+
+# The settings `APGPMSelect` chooses among by default: the two selection criteria of the
+# module docstring, each with and without clipping.
+SELECT_DEFAULT = {"adjusted": {"criterion": "adjusted"},
+                  "heldout": {"criterion": "heldout"},
+                  "adjusted, clipped": {"criterion": "adjusted", "clip": True},
+                  "heldout, clipped": {"criterion": "heldout", "clip": True}}
+
+
+class APGPMSelect:
+    """APGPM with its settings chosen by `folds`-fold cross-validated MAPE on the training
+    workloads (random folds from `seed`); the chosen setting is refitted on all of them.
+    `candidates` maps a name to APGPM keyword arguments (`SELECT_DEFAULT`)."""
+
+    def __init__(self, candidates: dict | None = None, folds: int = 5, seed: int = 0):
+        self.candidates = dict(SELECT_DEFAULT if candidates is None else candidates)
+        self.folds = folds
+        self.seed = seed
+
+    def fit(self, X: pd.DataFrame, y) -> "APGPMSelect":
+        y = np.asarray(y, float)
+        n = len(y)
+        order = np.random.default_rng(self.seed).permutation(n)
+        parts = [order[k::self.folds] for k in range(self.folds)]
+        self.cv_mape_ = {}
+        for name, kw in self.candidates.items():
+            errs = []
+            for test in parts:
+                train = np.setdiff1d(np.arange(n), test)
+                m = APGPM(**kw).fit(X.iloc[train], y[train])
+                errs.append(mape(y[test], m.predict(X.iloc[test])))
+            self.cv_mape_[name] = float(np.mean(errs))
+        self.chosen_ = min(self.cv_mape_, key=self.cv_mape_.get)
+        self.model_ = APGPM(**self.candidates[self.chosen_]).fit(X, y)
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return self.model_.predict(X)
+
+    @property
+    def counters_(self) -> list[str]:
+        return self.model_.counters_
+
+    @property
+    def counters_used_(self) -> list[str]:
+        return self.model_.counters_used_
+
+    def summary(self) -> dict:
+        return {**self.model_.summary(), "chosen": self.chosen_, "cv_mape": self.cv_mape_}
 
 
 def _base_counters(names: list[str]) -> list[str]:

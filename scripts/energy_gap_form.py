@@ -3,8 +3,13 @@
 
     python scripts/energy_gap_form.py
 """
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import power_eval as pe
 from latpred.dataset import Dataset
 from latpred.power.energy import EnergyModel, KernelPowerModel

@@ -425,3 +425,38 @@ def test_xnnpack_folds_a_zero_pad_into_the_convolution_after_it():
     p = b2.pad(x, 1)
     b2.output(b2.conv2d(p, 4, 3, padding="VALID"), b2.relu(p))
     assert "pad" in [k.type for k in deduce(b2.build(), "host/cpu/fp32/t1")]
+
+
+def test_xnnpack_runs_large_or_multiplied_depthwise_convolutions_as_a_grouped_igemm():
+    # XNNPACK's depthwise microkernels take up to 25 taps and one output channel per group
+    # (CpuRuleSet.dwconv_max_taps; checked against LiteRT: test_deduce_dwconv_igemm_litert.py)
+    import dataclasses
+
+    from latpred.builder import GraphBuilder
+    from latpred.features import FEATURES, kernel_features
+
+    b = GraphBuilder()
+    x = b.input((1, 16, 16, 8))
+    x = b.depthwise_conv2d(b.pad(x, 3), 7, padding="VALID")   # the PAD folds into it
+    for kernel, m in ((5, 1), ((1, 25), 1), ((1, 26), 1), (3, 2)):
+        x = b.depthwise_conv2d(x, kernel, depth_multiplier=m)
+    x = b.conv2d(x, 16, 7, groups=16, activation="TANH")       # channelwise CONV_2D
+    b.output(x)
+    g = b.build()
+    igemm = ["dwconv2d_igemm", "dwconv2d", "dwconv2d", "dwconv2d_igemm", "dwconv2d_igemm",
+             "dwconv2d_igemm"]
+    for target in ("host/cpu/fp32/t1", "host/cpu/fp32/t2"):
+        kernels = deduce(g, target)
+        assert [k.type for k in kernels] == igemm and len(kernels[0].ops) == 2
+        assert "grouped IGEMM" in kernels[0].rule and "IGEMM" not in kernels[1].rule
+    # int8: the CONV_2D with a fused TANH is TFLite's own kernel, its base type's builtin one
+    assert [k.type for k in deduce(g, "host/cpu/int8/t1")] == igemm[:-1] + ["builtin_dwconv2d"]
+    # other CPU runtimes keep one depthwise type
+    assert {k.type for k in deduce(g, "pixel4/cpu/fp32/1L")} == {"pad", "dwconv2d",
+                                                                   "grouped_conv2d"}
+    # dwconv2d's features
+    k = deduce(g, "host/cpu/fp32/t1")[3]
+    assert FEATURES["dwconv2d_igemm"] == FEATURES["dwconv2d"]
+    assert kernel_features(g, k, "host/cpu/fp32/t1") == \
+        kernel_features(g, dataclasses.replace(k, type="dwconv2d"), "host/cpu/fp32/t1")
+    assert kernel_features(g, k, "host/cpu/fp32/t1")["depth_multiplier"] == 1

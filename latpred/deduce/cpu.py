@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from latpred.deduce import xnnpack_int8 as xi
-from latpred.deduce.kernel import BUILTIN_PREFIX, KERNEL_TYPES, Kernel
+from latpred.deduce.kernel import BUILTIN_PREFIX, KERNEL_TYPES, Kernel, base_type
 from latpred.deduce.optypes import TENSOR_DEPENDENT, channelwise, kernel_type, spatial_zero_pad
 from latpred.deduce.rulesets import CpuRuleSet
 from latpred.graph import Graph
@@ -44,7 +44,7 @@ def deduce_cpu(graph: Graph, rules: CpuRuleSet, precision: str | None = None) ->
         if i in skip:
             continue
         if whys and whys[i]:
-            kernels.append(_builtin(BUILTIN_PREFIX + ktype, i, op.type, rules, whys[i]))
+            kernels.append(_builtin(_builtin_type(ktype), i, op.type, rules, whys[i]))
         elif i in folded:
             kernels.append(_with_pad(ktype, i, folded[i], op.type, rules))
         else:   # the common case: a dict of (type, index, op type), not _kernel's lru key
@@ -89,7 +89,7 @@ def _cpu_types(graph: Graph, rules: CpuRuleSet) -> list[str]:
         ktype = of_type.get(op.type)
         if ktype is None:
             ktype = _cpu_type(graph, op, rules)
-            if op.type not in TENSOR_DEPENDENT:
+            if op.type not in _TENSOR_DEPENDENT:
                 of_type[op.type] = ktype
         out.append(ktype)
     return out
@@ -100,7 +100,13 @@ def _builtin_why(graph: Graph, op, rules: CpuRuleSet, precision: str | None) -> 
     if not rules.int8_declines or not xi.quantized(graph, op, precision):
         return ""
     why = xi.declined(graph, op)
-    return why if why and BUILTIN_PREFIX + _cpu_type(graph, op, rules) in KERNEL_TYPES else ""
+    return why if why and _builtin_type(_cpu_type(graph, op, rules)) in KERNEL_TYPES else ""
+
+
+def _builtin_type(ktype: str) -> str:
+    """The type of TFLite's builtin kernel for an op XNNPACK would run as `ktype` (TFLite has one
+    depthwise kernel: `dwconv2d_igemm` -> `builtin_dwconv2d`)."""
+    return BUILTIN_PREFIX + base_type(ktype)
 
 
 def _folded_pads(graph: Graph) -> dict[int, int]:
@@ -123,12 +129,30 @@ def _with_pad(ktype: str, index: int, pad: int, op_type: str, rules: CpuRuleSet)
                   "its padding (XNNPACK subgraph fusion)", k.multithreaded)
 
 
+# Op types whose CPU kernel type depends on their tensors (a depthwise convolution's taps).
+_TENSOR_DEPENDENT = TENSOR_DEPENDENT | {"DEPTHWISE_CONV_2D"}
+
+
 def _cpu_type(graph: Graph, op, rules: CpuRuleSet) -> str:
     ktype = kernel_type(graph, op)
     if ktype == "grouped_conv2d" and rules.channelwise_as_depthwise and \
             channelwise(graph, op):
-        return "dwconv2d"
+        ktype = "dwconv2d"
+    if ktype == "dwconv2d" and rules.dwconv_max_taps and \
+            not dw_microkernel(graph, op, rules.dwconv_max_taps):
+        return "dwconv2d_igemm"
     return ktype
+
+
+def dw_microkernel(graph: Graph, op, max_taps: int) -> bool:
+    """Whether XNNPACK runs depthwise `op` (DEPTHWISE_CONV_2D, or a CONV_2D with one channel per
+    group) with a depthwise microkernel: each group writes one channel and the kernel has at
+    most `max_taps` taps (`CpuRuleSet.dwconv_max_taps`); else it is a grouped IGEMM."""
+    w = graph.tensors[op.inputs[1]].shape   # [1, kh, kw, C*m] or [C*m, kh, kw, 1]
+    if len(w) != 4 or w[1] * w[2] > max_taps:
+        return False
+    out_c = w[3] if op.type == "DEPTHWISE_CONV_2D" else w[0]
+    return out_c == graph.tensors[op.inputs[0]].shape[-1]   # depth multiplier 1
 
 
 @lru_cache(maxsize=1 << 12)
@@ -142,6 +166,9 @@ def _kernel(ktype: str, index: int, op_type: str, rules: CpuRuleSet, why: str) -
     threaded = op_type in rules.multithreaded
     rule = (f"{ktype}: {op_type} on the CPU, "
             f"{'multithreaded' if threaded else 'single-threaded'} ({rules.label})")
+    if ktype == "dwconv2d_igemm":
+        rule = (f"{rule}; a grouped IGEMM: no depthwise microkernel takes more than "
+                f"{rules.dwconv_max_taps} taps or a depth multiplier above 1")
     if why:
         rule = f"{rule}; CPU fallback: {why}"
     return Kernel(ktype, (index,), "cpu", rule, threaded)

@@ -8,6 +8,11 @@ BUILTIN_PREFIX = "builtin_"
 # Kernel types latpred knows. A regressor is trained per kernel type and target.
 KERNEL_TYPES = (
     "conv2d", "grouped_conv2d", "dwconv2d",
+    # A depthwise convolution XNNPACK runs as a grouped IGEMM instead of a depthwise microkernel
+    # (more than 25 taps, or a depth multiplier above 1: `CpuRuleSet.dwconv_max_taps`); in int8
+    # it is ~15x the fp32 time, where the depthwise microkernels run at about one speed in both.
+    # It has dwconv2d's features.
+    "dwconv2d_igemm",
     "winograd_input_transform", "winograd_matmul", "winograd_output_transform",
     "fc", "batch_matmul", "pool", "mean", "concat", "split", "pad", "elementwise",
     "activation", "softmax", "reshape", "transpose", "strided_slice", "quantize", "shape",
@@ -21,9 +26,15 @@ KERNEL_TYPES = (
     "activation", "softmax"))
 
 
+# Kernel types that are another implementation of a base type's op, with its features.
+_VARIANT_OF = {"dwconv2d_igemm": "dwconv2d"}
+
+
 def base_type(kernel_type: str) -> str:
-    """The kernel type whose features a type has: `builtin_pool` -> `pool`."""
-    return kernel_type.removeprefix(BUILTIN_PREFIX)
+    """The kernel type whose features a type has: `builtin_pool` -> `pool`, `dwconv2d_igemm`
+    -> `dwconv2d`."""
+    t = kernel_type.removeprefix(BUILTIN_PREFIX)
+    return _VARIANT_OF.get(t, t)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,20 @@ class CpuRuleSet:
     # 8-bit quantized ops the XNNPACK delegate declines run as TFLite's builtin integer kernels,
     # single-threaded, as `builtin_<type>` kernels (`latpred.deduce.xnnpack_int8`).
     int8_declines: bool = False
+    # A depthwise convolution (or a CONV_2D with one channel per group, above) runs with a
+    # depthwise microkernel only when each group reads one channel and writes one and its
+    # kernel has at most this many taps (kernel_h * kernel_w); any other one runs as a grouped
+    # IGEMM, the `dwconv2d_igemm` kernel type (0: no such rule). XNNPACK's
+    # select_microkernel_type picks xnn_microkernel_type_dwconv when group_input_channels == 1,
+    # group_output_channels == 1 and find_dwconv_ukernel found a unipass dwconv config whose
+    # primary_tile >= kernel_size, else xnn_microkernel_type_igemm; the f32 configs' largest
+    # primary tile is 25 (3/4/9/25), and qs8_qc8w's (3/9/25), on x86 and ARM
+    # (google/XNNPACK src/operators/convolution-nhwc.c select_microkernel_type and
+    # find_dwconv_ukernel, src/configs/dwconv-config.c; the same from 206ca4e151, 2025-10-22, to
+    # b0db58b43, 2026-08-14, the day of LiteRT 2.3.0's version bump; multipass dwconv, which
+    # took any size, was removed in 1994a019c9, 2025-02). Checked against LiteRT 2.3.0's
+    # profiler: tests/test_deduce_dwconv_igemm_litert.py.
+    dwconv_max_taps: int = 0
 
 
 GPU_RULES: dict[str, GpuRuleSet] = {
@@ -101,7 +115,8 @@ CPU_RULES: dict[str, CpuRuleSet] = {
             "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "GELU", "SOFTMAX", "PAD", "CONCATENATION",
             "SPLIT", "TRANSPOSE", "RESIZE_BILINEAR", "QUANTIZE", "DEQUANTIZE", "ABS", "NEG",
             "SQRT", "SQUARE", "RSQRT", "EXP", "PRELU"}),
-        channelwise_as_depthwise=True, fuses_pad=True, int8_declines=True),
+        channelwise_as_depthwise=True, fuses_pad=True, int8_declines=True,
+        dwconv_max_taps=25),
 }
 
 

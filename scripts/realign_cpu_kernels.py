@@ -17,7 +17,10 @@ not changed, only regrouped: the PAD rows being folded are checked to be 0 ms.
 Rows whose kernels hold the same ops as today's only take today's kernel types, every other
 column kept (config hash and features included): so the int8 datasets took the `builtin_*`
 types of ops XNNPACK declines in int8 (`--target host/cpu/int8/t1`; their rows come from the
-int8 files, whose config hashes a rebuilt fp32 graph would not reproduce).
+int8 files, whose config hashes a rebuilt fp32 graph would not reproduce), and every host
+dataset the `dwconv2d_igemm` type of depthwise convolutions XNNPACK runs as a grouped IGEMM.
+When every changed model is of that kind, the table is rewritten in its own row order with
+only `kernel_type` changed.
 """
 
 from __future__ import annotations
@@ -44,12 +47,13 @@ _KEPT = ("status", "latency_iqr_ms", "n_runs", "rounds_json")
 def realign_model(graph, target, rows: pd.DataFrame) -> list[dict] | None:
     """Today's kernel rows for one model, or None when its rows are already aligned."""
     kernels = deduce(graph, target)
-    rows = rows.sort_values("kernel_index").reset_index(drop=True)
+    rows = rows.sort_values("kernel_index")
     types = [k.type for k in kernels]
     if list(rows["kernel_type"]) == types:
         return None
     if list(rows["ops"]) == ["+".join(graph.ops[i].type for i in k.ops) for k in kernels]:
-        return rows.assign(kernel_type=types).to_dict("records")
+        return rows.assign(kernel_type=types)   # the same rows (and index), retyped
+    rows = rows.reset_index(drop=True)
     if len(rows) != len(graph.ops) or list(rows["kernel_index"]) != list(range(len(graph.ops))):
         raise ValueError(f"{len(rows)} rows for {len(graph.ops)} operations: not one per op")
     out = []
@@ -72,9 +76,9 @@ def main() -> int:
     ds = Dataset.open(args.dataset)
     target = parse_target(args.target)
     models = ds.models(args.target).set_index("model_id")
-    kernels = ds.kernels()
+    kernels = ds.kernels().reset_index(drop=True)   # a unique index: retyped rows keep theirs
     mine = kernels["target"] == args.target
-    keep, new_rows, changed, skipped = [kernels[~mine]], [], 0, []
+    keep, new_rows, retyped, changed, skipped = [kernels[~mine]], [], [], 0, []
     for mid, rows in kernels[mine].groupby("model_id", sort=False):
         arch = models.at[mid, "arch"] if mid in models.index else ""
         try:
@@ -86,14 +90,28 @@ def main() -> int:
         if realigned is None:
             keep.append(rows)
         else:
-            new_rows.extend(realigned)
+            if isinstance(realigned, pd.DataFrame):
+                retyped.append(realigned)
+            else:
+                new_rows.extend(realigned)
             changed += 1
     print(f"{changed} models realigned, {len(skipped)} left as they were")
     for line in skipped:
         print("  left:", line)
+    if retyped:
+        moved = pd.concat(retyped)["kernel_type"]
+        was = kernels.loc[moved.index, "kernel_type"]
+        for (old, new), n in pd.crosstab(was, moved).stack().items():
+            if n and old != new:
+                print(f"  {n} rows {old} -> {new}")
     if changed and not args.check:
-        table = pd.concat([*keep, pd.DataFrame(new_rows)], ignore_index=True)
-        ds.replace_table("kernels", table.sort_values(["model_id", "target", "kernel_index"]))
+        if new_rows:
+            table = pd.concat([*keep, *retyped, pd.DataFrame(new_rows)], ignore_index=True)
+            table = table.sort_values(["model_id", "target", "kernel_index"])
+        else:   # kernel types only: the table as it was, in its order
+            table = kernels.copy()
+            table.loc[moved.index, "kernel_type"] = moved
+        ds.replace_table("kernels", table)
         print(f"wrote {len(table)} kernel rows to {ds.root}")
     return 0
 

@@ -32,10 +32,8 @@ def memory_total(graph: Graph, kernels: str = "xnnpack") -> int:
         ap = plan(p, stats=False)
         workspace, _, regrowth = xnnpack.workspace_plan(graph, layout, False)
         extra = workspace + overhead(len(graph.tensors)) + transient(ap.marks, regrowth)
-        ops = graph.ops
-        for i in layout.delegated_ops:
-            extra += sum(xnn_ops.operator_buffers(graph, ops[i]))
-    return estimate_model_bytes(graph, p.sizes) + ap.arena_bytes + ap.persistent_bytes + extra
+        extra += xnn_ops.buffers_total(graph, layout.delegated_ops)
+    return estimate_model_bytes(graph) + ap.arena_bytes + ap.persistent_bytes + extra
 
 
 def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",

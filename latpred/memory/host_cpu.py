@@ -13,11 +13,12 @@ peak memory as the sum of what the runtime allocates before the first run and ho
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import compress
 
 from latpred.errors import UnsupportedModelError
 from latpred.graph import Graph
 from latpred.memory.arena import align_up
-from latpred.memory.litert_builtin import builtin_input
+from latpred.memory.litert_builtin import builtin_input, tensor_table
 from latpred.memory.litert_plan import ArenaPlan, PlanInput, plan
 from latpred.memory.prediction import MemoryPrediction, OpMemory
 from latpred.memory import xnnpack
@@ -58,10 +59,11 @@ _FB_PER_TENSOR, _FB_PER_OP, _FB_FIXED = 100, 60, 1024
 def estimate_model_bytes(graph: Graph, sizes: dict[int, int] | None = None) -> int:
     """The .tflite file's size estimated from the graph (`sizes`: tensor bytes by index, when
     already computed)."""
-    if sizes is None:
-        sizes = {i: t.nbytes for i, t in enumerate(graph.tensors)}
-    consts = [sizes[i] for i, t in enumerate(graph.tensors) if t.is_constant]
-    return (sum(align_up(n, 16) for n in consts) + 16 * len(consts) + _FB_PER_TENSOR *
+    table_sizes, constant = tensor_table(graph)
+    consts = list(compress(table_sizes if sizes is None else
+                           [sizes[i] for i in range(len(constant))], constant))
+    # each buffer 16-aligned: (n + 15) // 16 * 16 is align_up(n, 16) without a call per buffer
+    return (sum((n + 15) // 16 * 16 for n in consts) + 16 * len(consts) + _FB_PER_TENSOR *
             len(graph.tensors) + _FB_PER_OP * len(graph.ops) + _FB_FIXED)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from math import prod
 
-from latpred.graph import Graph, Op
+from latpred.graph import _ITEMSIZE, Graph, Op
 from latpred.memory.litert_plan import (ARENA, DYNAMIC, INPLACE, MMAP, PERSISTENT_RO,
                                         PlanInput, PlanNode)
 
@@ -35,9 +35,24 @@ _ACCUM = {"float32": ("float32", 4), "int8": ("int32", 4), "uint8": ("int32", 4)
           "bool": ("bool", 1)}
 
 
+def tensor_table(graph: Graph) -> tuple[list[int], list[bool]]:
+    """Each tensor's byte size (`Tensor.nbytes`) and whether the model stores it, by index.
+    Computed once per graph and kept with its derived views: the XNNPACK layout, the
+    allocation types and the model-size estimate all read them (the item sizes are looked up
+    directly rather than through the `itemsize` property, which a NAS loop would call a
+    million times)."""
+    table = graph._cache.get("memory.tensor_table")
+    if table is None:
+        tensors = graph.tensors
+        table = ([prod(t.shape) * _ITEMSIZE[t.dtype] for t in tensors],
+                 [t.is_constant for t in tensors])
+        graph._cache["memory.tensor_table"] = table
+    return table
+
+
 def tensor_bytes(graph: Graph) -> dict[int, int]:
-    """Each tensor's byte size by index (`Tensor.nbytes`, computed in one pass)."""
-    return {i: prod(t.shape) * t.itemsize for i, t in enumerate(graph.tensors)}
+    """Each tensor's byte size by index (`Tensor.nbytes`)."""
+    return dict(enumerate(tensor_table(graph)[0]))
 
 
 # Ops whose Prepare may change an output's allocation type or end a prepared chunk.
@@ -46,7 +61,7 @@ _KIND_SETTERS = _PREPARE_FOLDS | {"SHAPE", "REDUCE_PROD"}
 
 def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
     """Each tensor's allocation type after Prepare, and the ops that end a prepared chunk."""
-    kinds = {i: (MMAP if t.is_constant else ARENA) for i, t in enumerate(graph.tensors)}
+    kinds = dict(enumerate([MMAP if c else ARENA for c in tensor_table(graph)[1]]))
     stops: set[int] = set()
 
     def known(t: int) -> bool:

@@ -24,6 +24,7 @@ ai-edge-litert 2.3.0 wheel's TFLite runtime is built from.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from latpred.memory.arena import NEVER, Alloc, SimpleArena, allocation_order
@@ -145,37 +146,14 @@ def _in_place(p: PlanInput, refs: list[int] | dict[int, int]) -> dict[int, int]:
 def plan(p: PlanInput, stats: bool = True) -> ArenaPlan:
     """`PlanAllocations`, then `ExecuteAllocations` chunk by chunk (`stats`: also the per-node
     extent and live bytes, which a NAS loop that wants the total can skip)."""
-    # reference counts, only of tensors that have any (a missing one counts 0)
+    # graph outputs and inputs hold one extra reference each: they are never freed
     base: dict[int, int] = {}
-    alloc_node: dict[int, int] = {}
-    dealloc_node: dict[int, int] = {}
-    for t in p.outputs:
+    for t in (*p.outputs, *p.inputs):
         base[t] = base.get(t, 0) + 1
-    for t in p.inputs:
-        base[t] = base.get(t, 0) + 1
-        alloc_node.setdefault(t, 0)
-    refs = dict(base)
-    for node in p.nodes:
-        for t in node.inputs:
-            if t >= 0:
-                refs[t] = refs.get(t, 0) + 1
-    shared = _in_place(p, refs)
-    counts = base
-    for node in p.nodes:
-        for t in node.inputs:
-            if t >= 0:
-                root = shared.get(t, t)
-                counts[root] = counts.get(root, 0) + 1
-    for i, node in enumerate(p.nodes):
-        for t in node.outputs:
-            alloc_node.setdefault(t, i)
-        for t in node.inputs:
-            if t < 0:
-                continue
-            root = shared.get(t, t)
-            counts[root] -= 1
-            if counts[root] == 0 and root in alloc_node:
-                dealloc_node[root] = i
+    shared = _in_place(p, _references(p, base)) if any(n.inplace for n in p.nodes) else {}
+    alloc_node = {t: i for i in range(len(p.nodes) - 1, -1, -1) for t in p.nodes[i].outputs}
+    alloc_node.update(dict.fromkeys(p.inputs, 0))    # allocated where first written
+    dealloc_node = _dealloc_nodes(p, base, shared, alloc_node)
     node_tensors: list[list[int]] = [[] for _ in p.nodes] or [[]]
     node_tensors[0].extend(t for t in p.inputs)
     for i, node in enumerate(p.nodes):
@@ -218,6 +196,33 @@ def plan(p: PlanInput, stats: bool = True) -> ArenaPlan:
     return ArenaPlan(arena.high_water_mark, persistent.high_water_mark,
                      tuple(allocs.values()), tuple(pallocs.values()), shared, tuple(extent),
                      tuple(live), tuple(chunks), tuple(marks) + (arena.high_water_mark,))
+
+
+def _references(p: PlanInput, base: dict[int, int]) -> Counter:
+    """Each tensor's reference count: `base` plus one per node input (-1, an absent optional
+    input, is counted too and never asked for). Counter.update counts in C: an XNNPACK node
+    reads every weight of its partition."""
+    refs = Counter(base)
+    for node in p.nodes:
+        refs.update(node.inputs)
+    return refs
+
+
+def _dealloc_nodes(p: PlanInput, base: dict[int, int], shared: dict[int, int],
+                   alloc_node: dict[int, int]) -> dict[int, int]:
+    """The node at which each tensor's count of references (on its root, for shared ones) drops
+    to zero: its root's last reference, when it holds no extra reference (graph inputs and
+    outputs) and was allocated by then."""
+    if shared:
+        last = {shared.get(t, t): i for i, node in enumerate(p.nodes) for t in node.inputs}
+    else:
+        last = {t: i for i, node in enumerate(p.nodes) for t in node.inputs}
+    freed = {}
+    for t, first in alloc_node.items():
+        i = last.get(t, -1)
+        if i >= first and not base.get(t):
+            freed[t] = i
+    return freed
 
 
 def _order(todo: list[int], lo: int, hi: int, node_tensors: list[list[int]],

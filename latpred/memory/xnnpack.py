@@ -52,26 +52,25 @@ _ELIDABLE = _POOLS | {"PAD", "PADV2"}           # what `_elided_source` may remo
 def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
     """Whether the delegate takes `op` (float32 graphs; an approximation of its Visit* checks:
     operand types, static operands; SOFTMAX needs beta 1; SPLIT_V, SHAPE, PACK, GATHER stay)."""
-    data = op.inputs[1:2] if op.type == "SPLIT" else op.inputs[:1]   # SPLIT: axis first
-    for t in data:
-        if t >= 0 and graph.tensors[t].dtype not in _DATA_DTYPES:
-            return False  # XNNPACK takes fp32 and 8-bit quantized tensors, not int32 shapes
-    if op.type in _ALWAYS:
-        return op.type != "SPLIT" or kinds[op.inputs[0]] == MMAP
-    if op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+    ins, type_ = op.inputs, op.type
+    data = 1 if type_ == "SPLIT" else 0          # SPLIT: axis first
+    if len(ins) > data and ins[data] >= 0 and graph.tensors[ins[data]].dtype not in _DATA_DTYPES:
+        return False  # XNNPACK takes fp32 and 8-bit quantized tensors, not int32 shapes
+    static = _STATIC.get(type_)
+    if static is not None:
+        for k in static:
+            if k < len(ins) and ins[k] >= 0 and kinds[ins[k]] != MMAP:
+                return False
+        return True
+    if type_ in _ALWAYS:
+        return type_ != "SPLIT" or kinds[ins[0]] == MMAP
+    if type_ in _POOLS:
         # CheckPoolingParams: a stride larger than the filter is declined
         stride, size = op.attr("stride", (1, 1)), op.attr("filter", (1, 1))
         return stride[0] <= size[0] and stride[1] <= size[1]
-    if op.type == "SOFTMAX":
+    if type_ == "SOFTMAX":
         return abs(float(op.attr("beta", 1.0)) - 1.0) < 1e-9
-    static = _STATIC.get(op.type)
-    if static is None:
-        return False
-    ins = op.inputs
-    for k in static:
-        if k < len(ins) and ins[k] >= 0 and kinds[ins[k]] != MMAP:
-            return False
-    return True
+    return False
 
 
 def partitions(graph: Graph, kinds: dict[int, str]) -> list[tuple[bool, list[int]]]:
@@ -79,12 +78,61 @@ def partitions(graph: Graph, kinds: dict[int, str]) -> list[tuple[bool, list[int
     `PartitionGraphIntoIndependentNodeSubsets` forms them (tflite/graph_info.cc
     `BuildNodeSubset`): the subset takes the kind of the lowest ready op and keeps every op of
     that kind that becomes ready, before the next subset starts."""
-    import heapq
+    return _partitions(graph, kinds)[0]
 
+
+def _partitions(graph: Graph, kinds: dict[int, str]
+                ) -> tuple[list[tuple[bool, list[int]]], list[int] | None]:
+    """`partitions`, and each op's subset (None when there is one subset)."""
     sup = [supported(graph, op, kinds) for op in graph.ops]
     if all(sup) or not any(sup):
         # one kind only: the first subset drains the whole graph
-        return [(sup[0], list(range(len(sup))))] if sup else []
+        return ([(sup[0], list(range(len(sup))))] if sup else []), None
+    subset_of = _subset_numbers(graph, sup)
+    if subset_of is None:
+        out = _greedy_subsets(graph, sup)
+        subset_of = [0] * len(sup)
+        for k, (_, ops) in enumerate(out):
+            for i in ops:
+                subset_of[i] = k
+        return out, subset_of
+    groups: list[list[int]] = [[] for _ in range(max(subset_of) + 1)]
+    for i, k in enumerate(subset_of):
+        groups[k].append(i)
+    return [(sup[ops[0]], ops) for ops in groups], subset_of
+
+
+def _subset_numbers(graph: Graph, sup: list[bool]) -> list[int] | None:
+    """Each op's subset in one pass, when every op's producers come before it (else None).
+
+    What the greedy drain comes to in that case: op 0 is ready, so the first subset has its
+    kind; a drain stops only when no op of its kind is ready, so the kinds alternate (subset k
+    has op 0's kind when k is even); and an op lands in the first subset of its kind that
+    follows its producers: a producer's subset for one of its kind, the next one for the other
+    kind. (Every candidate has the op's parity, so their maximum is that subset.)"""
+    producers = graph.producers
+    first = sup[0]
+    subset_of: list[int] = []
+    for j, op in enumerate(graph.ops):
+        kind = sup[j]
+        k = 0 if kind == first else 1
+        for t in op.inputs:
+            i = producers.get(t)
+            if i is None:
+                continue
+            if i >= j:
+                return None
+            need = subset_of[i] if sup[i] == kind else subset_of[i] + 1
+            if need > k:
+                k = need
+        subset_of.append(k)
+    return subset_of
+
+
+def _greedy_subsets(graph: Graph, sup: list[bool]) -> list[tuple[bool, list[int]]]:
+    """`BuildNodeSubset` step by step (ops in any order): ready ops in a heap per kind."""
+    import heapq
+
     producers = graph.producers
     deps = [{producers[t] for t in op.inputs if t in producers} for op in graph.ops]
     waiting = [len(d) for d in deps]
@@ -137,40 +185,36 @@ def delegated_input(graph: Graph) -> XnnpackLayout:
     internal: list[tuple[int, ...]] = []
     delegated: set[int] = set()
     outputs = set(graph.outputs)
-    subsets = partitions(graph, kinds)
-    crossing = _read_across(graph, subsets)
+    subsets, subset_of = _partitions(graph, kinds)
+    crossing = _read_across(graph, subset_of) if subset_of else set()
+    graph_ops = graph.ops
     next_id = len(graph.tensors)
     for is_xnn, ops in subsets:
         if not is_xnn:
             for i in ops:
-                op = graph.ops[i]
+                op = graph_ops[i]
                 temps, next_id = add_temporaries(graph, i, next_id, sizes, kinds, names)
                 nodes.append(PlanNode(op.inputs, op.outputs, (i,), op.type, temps,
                                       INPLACE.get(op.type, 0), i in stops))
             continue
         delegated.update(ops)
-        produced = [t for i in ops for t in graph.ops[i].outputs]
+        produced = [t for i in ops for t in graph_ops[i].outputs]
         # Uniquefy: a NodeSubset's input and output lists are sorted (tflite/graph_info.cc:150)
-        made = set(produced)
-        outs = tuple(sorted({t for t in produced if t in outputs or t in crossing}))
-        ins = tuple(sorted({t for i in ops for t in graph.ops[i].inputs
-                            if t >= 0 and t not in made}))
-        leaving = set(outs)
+        leaving = {t for t in produced if t in outputs or t in crossing}
+        read: set[int] = set()
+        for i in ops:
+            read.update(graph_ops[i].inputs)
+        read.difference_update(produced)
         internal.append(tuple(t for t in produced if t not in leaving))
-        nodes.append(PlanNode(ins, outs, tuple(ops), "XNNPACK"))
+        nodes.append(PlanNode(tuple(sorted(t for t in read if t >= 0)), tuple(sorted(leaving)),
+                              tuple(ops), "XNNPACK"))
     pk = plan_kinds(kinds, nodes, stops)
     return XnnpackLayout(PlanInput(tuple(nodes), sizes, kinds, pk, graph.inputs, graph.outputs,
                                    names), frozenset(delegated), tuple(internal))
 
 
-def _read_across(graph: Graph, subsets: list[tuple[bool, list[int]]]) -> set[int]:
+def _read_across(graph: Graph, subset_of: list[int]) -> set[int]:
     """Tensors read by an op of another subset than the one that produces them."""
-    if len(subsets) < 2:
-        return set()
-    subset_of = {}
-    for k, (_, ops) in enumerate(subsets):
-        for i in ops:
-            subset_of[i] = k
     producers = graph.producers
     return {t for j, op in enumerate(graph.ops) for t in op.inputs
             if t in producers and subset_of[producers[t]] != subset_of[j]}

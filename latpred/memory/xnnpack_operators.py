@@ -55,11 +55,28 @@ def operator_buffers(graph: Graph, op: Op) -> tuple[int, int]:
     """(packed weight bytes, indirection bytes) of a delegated operator."""
     if op.type not in _WITH_BUFFERS:
         return 0, 0
-    ins, tensors = op.inputs, graph.tensors
-    # a plain tuple: it hashes faster than the NamedTuple built only on a cache miss
-    return _buffers((op.type, op.attrs, tensors[ins[0]].shape if ins[0] >= 0 else (),
-                     tensors[ins[1]].shape if len(ins) > 1 and ins[1] >= 0 else (),
-                     tensors[op.outputs[0]].shape))
+    return _buffers(_signature(graph.tensors, op))
+
+
+def buffers_total(graph: Graph, ops) -> int:
+    """Packed weights plus indirection buffers of the delegated operators `ops` (indices)."""
+    graph_ops, tensors = graph.ops, graph.tensors
+    total = 0
+    for i in ops:
+        op = graph_ops[i]
+        if op.type in _WITH_BUFFERS:
+            packed, indirection = _buffers(_signature(tensors, op))
+            total += packed + indirection
+    return total
+
+
+def _signature(tensors, op: Op) -> tuple:
+    """`OpSignature`'s fields as a plain tuple: it hashes faster than the NamedTuple, which is
+    built only on a cache miss."""
+    ins = op.inputs
+    return (op.type, op.attrs, tensors[ins[0]].shape if ins[0] >= 0 else (),
+            tensors[ins[1]].shape if len(ins) > 1 and ins[1] >= 0 else (),
+            tensors[op.outputs[0]].shape)
 
 
 def packed_weights(graph: Graph, op: Op) -> int:

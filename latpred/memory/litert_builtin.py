@@ -65,12 +65,11 @@ def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
     stops: set[int] = set()
 
     def known(t: int) -> bool:
-        return t < 0 or kinds[t] in (MMAP, PERSISTENT_RO)
+        return t < 0 or kinds[t] in _KNOWN
 
     for i, op in enumerate(graph.ops):
         if op.type not in _KIND_SETTERS:
             continue
-        ins = [t for t in op.inputs if t >= 0]
         out = op.outputs[0] if op.outputs else -1
         if op.type == "SHAPE":
             kinds[out] = PERSISTENT_RO
@@ -81,16 +80,29 @@ def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
             elif known(op.inputs[0]):
                 kinds[out] = PERSISTENT_RO
         elif op.type == "STRIDED_SLICE":
-            if not all(known(t) for t in op.inputs[1:4]):
+            if not _all_known(kinds, op.inputs[1:4]):
                 kinds[out] = DYNAMIC
                 stops.add(i)
-            elif all(known(t) for t in ins):
+            elif _all_known(kinds, op.inputs):
                 kinds[out] = PERSISTENT_RO
-        elif op.type in _PREPARE_FOLDS and ins and all(known(t) for t in ins):
-            kinds[out] = PERSISTENT_RO
+        elif op.type in _PREPARE_FOLDS:
+            # (all known first: the test that fails fast on an activation input)
+            if _all_known(kinds, op.inputs) and any(t >= 0 for t in op.inputs):
+                kinds[out] = PERSISTENT_RO
         elif _reduce_noop(graph, op, known):
             kinds[out] = PERSISTENT_RO
     return kinds, stops
+
+
+_KNOWN = (MMAP, PERSISTENT_RO)      # data known at Prepare
+
+
+def _all_known(kinds: dict[int, str], tensors) -> bool:
+    """Whether every present tensor of `tensors` has its data at Prepare."""
+    for t in tensors:
+        if t >= 0 and kinds[t] not in _KNOWN:
+            return False
+    return True
 
 
 def _reduce_noop(graph: Graph, op: Op, known) -> bool:

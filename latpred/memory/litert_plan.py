@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from latpred.memory.arena import NEVER, Alloc, SimpleArena, allocation_order
 
@@ -43,11 +44,12 @@ ARENA, PERSISTENT_ARENA, MMAP, PERSISTENT_RO, DYNAMIC = \
     "arena", "persistent_arena", "mmap", "persistent_ro", "dynamic"
 
 
-@dataclass(frozen=True)
-class PlanNode:
+class PlanNode(NamedTuple):
     """One node of the execution plan: a builtin op, or a delegate kernel standing for several.
 
     `ops`: the graph op indices it runs; `ends_chunk`: Prepare stops after it (dynamic output).
+    (A NamedTuple: a NAS loop builds thousands a second, and a frozen dataclass is slower to
+    build.)
     """
 
     inputs: tuple[int, ...]

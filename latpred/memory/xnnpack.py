@@ -47,6 +47,7 @@ _STATIC = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1
 _IN_PLACE = _ELEMENTWISE | {"SOFTMAX", "RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 _POOLS = frozenset({"AVERAGE_POOL_2D", "MAX_POOL_2D"})
 _ELIDABLE = _POOLS | {"PAD", "PADV2"}           # what `_elided_source` may remove
+_SPECIAL = _ELIDABLE | _IN_PLACE                # elided, or may run in place
 
 
 def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
@@ -238,10 +239,16 @@ def workspace_plan(graph: Graph, layout: XnnpackLayout,
     reallocates it (`initialize_workspace_values`), leaving the old buffer behind; the sum
     of the sizes outgrown."""
     best, extent, regrowth = 0, {}, 0
+    sizes = layout.plan_input.sizes
     partition_ops = [n.ops for n in layout.plan_input.nodes if n.label == "XNNPACK"]
     for ops, inside in zip(partition_ops, layout.internal):
-        size, ext = _partition_plan(graph, ops, set(inside), layout.plan_input.sizes,
-                                    with_extent)
+        if not with_extent and best and \
+                sum((sizes[t] + ALIGNMENT - 1) // ALIGNMENT for t in inside) * ALIGNMENT <= best:
+            # No block ends above the sum of the blocks placed (each goes into a gap or on
+            # top of those it meets), so a partition whose values add up to no more than the
+            # workspace so far changes neither its size nor the regrowth: not planned.
+            continue
+        size, ext = _partition_plan(graph, ops, set(inside), sizes, with_extent)
         if size > best:
             regrowth += best + 2 * EXTRA_BYTES if best else 0
         best = max(best, size)
@@ -313,33 +320,27 @@ def _lifetimes(graph: Graph, ops: tuple[int, ...], inside: set[int]
     for n, i in enumerate(ops):
         op = graph_ops[i]
         outs = op.outputs
-        source = (_elided_source(graph, op) if op.type in _ELIDABLE and outs
-                  and outs[0] in inside else None)
-        if source is not None:
-            # the node is gone: its readers read its input (already resolved: a producer
-            # runs before its readers)
-            fused[outs[0]] = fused.get(source, source)
-        else:
-            for t in outs:                # a value's life starts at its producer
-                if t in inside:
-                    first[t] = last[t] = n
-        if fused:
-            # elided values are never read: their readers read the source
-            reads = {fused.get(t, t) for t in op.inputs}
-            reads.intersection_update(inside)
-        else:
-            reads = inside.intersection(op.inputs)
-        if source is not None:
-            for t in reads:
-                last[t] = n           # an elided node keeps its input alive, as no consumer
-            continue
-        # a node reading a value twice (ADD(x, x)) is one consumer (src/subgraph.c
+        if op.type in _SPECIAL and outs and outs[0] in inside:
+            source = _elided_source(graph, op) if op.type in _ELIDABLE else None
+            if source is not None:
+                # the node is gone: its readers read its input (already resolved: a producer
+                # runs before its readers), and it keeps its input alive, as no consumer
+                fused[outs[0]] = fused.get(source, source)
+                for t in inside.intersection([fused.get(t, t) for t in op.inputs]):
+                    last[t] = n
+                continue
+            if op.type in _IN_PLACE or op.type in _POOLS:
+                candidates.append(i)
+        for t in outs:                    # a value's life starts at its producer
+            if t in inside:
+                first[t] = last[t] = n
+        # elided values are never read: their readers read the source. A node reading a
+        # value twice (ADD(x, x)) is one consumer (src/subgraph.c
         # `xnn_subgraph_analyze_consumers_and_producers` skips repeated inputs)
-        for t in reads:
+        for t in inside.intersection([fused.get(t, t) for t in op.inputs] if fused
+                                     else op.inputs):
             last[t] = n
             consumers[t] = consumers.get(t, 0) + 1
-        if outs and (op.type in _IN_PLACE or op.type in _POOLS) and outs[0] in inside:
-            candidates.append(i)
     return first, last, consumers, fused, candidates
 
 

@@ -97,6 +97,10 @@ def test_libstdcxx_orders():
     pairs = [(v % 3, i) for i, v in enumerate(values[:40])]
     out = std_sort(pairs, lambda a, b: a[0] < b[0])
     assert [k for k, _ in out] == sorted(k for k, _ in pairs)
+    # Up to 16 elements it is one insertion sort, stable (the planner's shortcut relies on it)
+    for n in range(2, 17):
+        pairs = [((v * 31) % 4, i) for i, v in enumerate(values[:n])]
+        assert std_sort(pairs, lambda a, b: a[0] < b[0]) == sorted(pairs, key=lambda p: p[0])
 
 
 def test_xnnpack_gap_search():
@@ -214,3 +218,41 @@ def test_litert_xnnpack_arena_equals_the_plan_converter_fixtures(path):
     reading, graph = _runtime(path=path, kernels="xnnpack")
     plan, _ = arena_plan(graph, "xnnpack")
     assert reading.arena_bytes == plan.arena_bytes
+
+
+def test_partitions_in_one_pass_are_the_greedy_subsets():
+    # `_subset_numbers` (ops in dependency order) against TFLite's greedy drain step by step,
+    # on sampled topologies with random delegated/not-delegated ops
+    import random
+
+    from latpred.memory.xnnpack import _greedy_subsets, _subset_numbers
+    from latpred.sampler import build_graph, sample
+
+    rng = random.Random(0)
+    for space in ("synthetic_cnn", "converter_cnn", "regnet_cnn"):
+        for arch in sample(ROOT / "search_space" / f"{space}.yaml", 8, 3):
+            g = build_graph(arch)
+            for _ in range(10):
+                sup = [rng.random() < 0.7 for _ in g.ops]
+                if all(sup) or not any(sup):
+                    continue
+                numbers = _subset_numbers(g, sup)
+                groups = [[i for i, k in enumerate(numbers) if k == n]
+                          for n in range(max(numbers) + 1)]
+                assert [(sup[ops[0]], ops) for ops in groups] == _greedy_subsets(g, sup)
+    # ops out of dependency order: the greedy drain itself
+    from dataclasses import replace
+
+    from latpred.memory.litert_builtin import tensor_kinds
+    from latpred.memory.xnnpack import partitions, supported
+
+    b = GraphBuilder()
+    x = b.input((1, 8, 8, 8))
+    parts = b.split_v(b.conv2d(x, 12, 1), (5, 7))       # SPLIT_V stays on TFLite's kernel
+    b.output(b.conv2d(b.concat([b.hard_swish(parts[0]), b.hard_swish(parts[1])]), 8, 1))
+    g = b.build()
+    g = replace(g, ops=(g.ops[-1], *g.ops[:-1]))          # the last op first
+    kinds = tensor_kinds(g)[0]
+    sup = [supported(g, op, kinds) for op in g.ops]
+    assert _subset_numbers(g, sup) is None
+    assert partitions(g, kinds) == _greedy_subsets(g, sup)

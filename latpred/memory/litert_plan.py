@@ -245,6 +245,11 @@ def _order(todo: list[int], lo: int, hi: int, node_tensors: list[list[int]],
     def whole(t: int) -> bool:
         return first[t] == 0 and last[t] == NEVER
 
+    if len(seq) <= 16:
+        # std::sort of 16 elements or fewer is one insertion sort, which is stable: the same
+        # order as a stable sort by `less`'s key (ties keep their place)
+        return sorted(seq, key=lambda t: (0, t, 0) if whole(t) else (1, -sizes[t], first[t]))
+
     def less(a: int, b: int) -> bool:
         if whole(a):
             return a < b if whole(b) else True

@@ -22,7 +22,10 @@ LiteRT tree):
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import chain, filterfalse
+from operator import attrgetter
 
 from latpred.graph import Graph, Op
 from latpred.memory.litert_builtin import add_temporaries, plan_kinds, tensor_bytes, tensor_kinds
@@ -185,9 +188,11 @@ def delegated_input(graph: Graph) -> XnnpackLayout:
     nodes: list[PlanNode] = []
     internal: list[tuple[int, ...]] = []
     delegated: set[int] = set()
-    outputs = set(graph.outputs)
     subsets, subset_of = _partitions(graph, kinds)
-    crossing = _read_across(graph, subset_of) if subset_of else set()
+    # what a partition's ops write and others read (or the graph returns) leaves it
+    leaves = set(graph.outputs)
+    if subset_of:
+        leaves.update(_read_across(graph, subset_of))
     graph_ops = graph.ops
     next_id = len(graph.tensors)
     for is_xnn, ops in subsets:
@@ -199,19 +204,24 @@ def delegated_input(graph: Graph) -> XnnpackLayout:
                                       INPLACE.get(op.type, 0), i in stops))
             continue
         delegated.update(ops)
-        produced = [t for i in ops for t in graph_ops[i].outputs]
-        # Uniquefy: a NodeSubset's input and output lists are sorted (tflite/graph_info.cc:150)
-        leaving = {t for t in produced if t in outputs or t in crossing}
-        read: set[int] = set()
-        for i in ops:
-            read.update(graph_ops[i].inputs)
+        # (map and chain walk the partition's ops in C)
+        part = graph_ops if len(ops) == len(graph_ops) else [graph_ops[i] for i in ops]
+        produced = list(chain.from_iterable(map(_OUTPUTS, part)))
+        read = set(chain.from_iterable(map(_INPUTS, part)))
         read.difference_update(produced)
-        internal.append(tuple(t for t in produced if t not in leaving))
-        nodes.append(PlanNode(tuple(sorted(t for t in read if t >= 0)), tuple(sorted(leaving)),
+        leaving = leaves.intersection(produced)
+        internal.append(tuple(filterfalse(leaving.__contains__, produced)))
+        # Uniquefy: a NodeSubset's input and output lists are sorted (tflite/graph_info.cc:150);
+        # absent optional inputs (-1) sort first and are left out
+        ins = sorted(read)
+        nodes.append(PlanNode(tuple(ins[bisect_left(ins, 0):]), tuple(sorted(leaving)),
                               tuple(ops), "XNNPACK"))
     pk = plan_kinds(kinds, nodes, stops)
     return XnnpackLayout(PlanInput(tuple(nodes), sizes, kinds, pk, graph.inputs, graph.outputs,
                                    names), frozenset(delegated), tuple(internal))
+
+
+_INPUTS, _OUTPUTS = attrgetter("inputs"), attrgetter("outputs")
 
 
 def _read_across(graph: Graph, subset_of: list[int]) -> set[int]:

@@ -72,18 +72,21 @@ class SimpleArena:
         """`SimpleMemoryArena::Allocate`: best-fit gap among allocations whose lifetimes meet."""
         if size == 0:
             return Alloc(tensor, 0, 0, first, last)
+        alignment = self.alignment
         best, best_fit, current = -1, None, 0
         for a in self._live:
             if a.last < first or a.first > last:
                 continue
-            aligned = align_up(current, self.alignment)
-            if aligned + size <= a.offset and (best_fit is None or a.offset - aligned < best_fit):
-                best, best_fit = aligned, a.offset - current
-            current = max(current, a.end)
+            offset = a.offset
+            aligned = -(-current // alignment) * alignment          # align_up, inlined
+            if aligned + size <= offset and (best_fit is None or offset - aligned < best_fit):
+                best, best_fit = aligned, offset - current
+            if offset + a.size > current:                           # max(current, a.end)
+                current = offset + a.size
             if best_fit == 0:
                 break
         if best < 0:
-            best = align_up(current, self.alignment)
+            best = align_up(current, alignment)
         self.high_water_mark = max(self.high_water_mark, best + size)
         alloc = Alloc(tensor, best, size, first, last)
         at = bisect.bisect_right(self._offsets, best)     # std::upper_bound by offset

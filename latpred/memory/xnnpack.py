@@ -383,12 +383,11 @@ def _reused(graph: Graph, candidates: list[int], inside: set[int], fused: dict[i
     for i in candidates:
         op = graph.ops[i]
         out = op.outputs[0]
-        if out not in inside or not _in_place(op):
+        if out not in inside or consumers.get(out) != 1 or not _in_place(op):
             continue
-        for t in (fused.get(t, t) for t in op.inputs):
-            if t in inside and consumers.get(t) == 1 and \
-                    sizes[t] == sizes[out] and \
-                    consumers.get(out, 0) == 1:
+        need = sizes[out]
+        for t in [fused.get(t, t) for t in op.inputs] if fused else op.inputs:
+            if t in inside and consumers.get(t) == 1 and sizes[t] == need:
                 root = t
                 while root in reuse:
                     root = reuse[root]

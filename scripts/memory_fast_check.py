@@ -4,15 +4,15 @@ planners are optimised.
     .venv/bin/python scripts/memory_fast_check.py save [--out /tmp/memory_fast_ref.pkl]
     .venv/bin/python scripts/memory_fast_check.py check [--out /tmp/memory_fast_ref.pkl]
 
-`save` (run on the code before a change) records, for ~1,900 graphs (1,200 sampled from
+`save` (run on the code before a change) records, for 1,853 graphs (1,200 sampled from
 search_space/synthetic_cnn.yaml with the seed benchmarks/memory_speed.py uses, 100 from each
 other space, the zoo, the committed converter fixtures): `memory_totals` with XNNPACK and with
-the built-in kernels, every `predict_memory` field and per-op row (both kernels), the
-arena plan (offsets, chunks, marks, per-node extent), and the XNNPACK layout (plan nodes,
-sizes, kinds, partitions' internal tensors, workspace plan). `check` recomputes them with the current
-code and compares them exactly, and also checks that `predict_many_with_memory` returns
-`predict_many`'s predictions (same process, a small GBDT on simulated data) and the saved
-totals. It is a dev script, not a test: it takes about a minute.
+the built-in kernels, every `predict_memory` field and per-op row (both kernels), the arena
+plan (offsets, chunks, marks, per-node extent), and the XNNPACK layout (plan nodes, sizes,
+kinds, partitions' internal tensors, workspace plan). `check` recomputes them with the
+current code and compares them exactly, and also checks that `predict_many_with_memory`
+returns `predict_many`'s predictions (same process, a small GBDT on simulated data) and the
+saved totals. It is a dev script, not a test: it takes about a minute.
 """
 
 from __future__ import annotations

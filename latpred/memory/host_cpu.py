@@ -17,7 +17,6 @@ from itertools import compress
 
 from latpred.errors import UnsupportedModelError
 from latpred.graph import Graph
-from latpred.memory.arena import align_up
 from latpred.memory.litert_builtin import builtin_input, tensor_table
 from latpred.memory.litert_plan import ArenaPlan, PlanInput, plan
 from latpred.memory.prediction import MemoryPrediction, OpMemory

@@ -23,7 +23,8 @@ and keeps `scaled` unless `refit` is better by more than AUTO_TOLERANCE: an over
 from 10-30 small models did not carry to zoo models of 100+ kernels (t1 -> t2: 9.3% against
 the source's scaled, docs/fewshot.md), which folds of those same small models cannot show.
 The result is an ordinary LatencyModel: its adapted types hold an `AdaptedRegressor` that saves
-and loads like any family.
+and loads like any family. A source type with the launch-pattern stage (predictors/launch.py)
+keeps its classifier: the adapted regressor embeds both artifacts.
 """
 
 from __future__ import annotations
@@ -101,7 +102,12 @@ class AdaptedRegressor(LatencyRegressor):
         return cls(_unpack(doc["base"]), float(doc["scale"]), residual, doc.get("feature_scale"))
 
 
-def _pack(reg: LatencyRegressor) -> dict[str, Any]:
+def _pack(reg: Any) -> dict[str, Any]:
+    from latpred.predictors.launch import LaunchStaged
+
+    if isinstance(reg, LaunchStaged):   # a source type with the launch-pattern stage
+        return {"family": LaunchStaged.family, "regressor": _pack(reg.regressor),
+                "classifier": _pack(reg.classifier)}
     data, params = reg.export()
     return {"family": type(reg).family, "params": params,
             "sha256": hashlib.sha256(data).hexdigest(),
@@ -109,8 +115,16 @@ def _pack(reg: LatencyRegressor) -> dict[str, Any]:
 
 
 def _unpack(entry: dict[str, Any]) -> LatencyRegressor:
+    from latpred.predictors.launch import LaunchClassifier, LaunchStaged
     from latpred.predictors.search import FAMILIES
 
+    if entry["family"] == LaunchStaged.family:
+        c = entry["classifier"]
+        data = base64.b64decode(c["artifact"])
+        if hashlib.sha256(data).hexdigest() != c["sha256"]:
+            raise ValueError("an embedded artifact does not match its sha256")
+        return LaunchStaged(_unpack(entry["regressor"]),
+                            LaunchClassifier.restore(data, dict(c["params"])))
     data = base64.b64decode(entry["artifact"])
     if hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise ValueError("an embedded artifact does not match its sha256")

@@ -7,6 +7,9 @@
                         JSON weights (lasso), skops with checked types (rf), LightGBM text
                         model (gbdt), safetensors (mlp); an adapted type (`latpred adapt`)
                         is JSON embedding its source artifact, base64 with its own sha256
+    <kernel_type>.launch.lgb.txt   a type with the launch-pattern stage (predictors/launch.py,
+                        CUDA grouped convolutions): its pattern classifier, a LightGBM text
+                        model, listed under the type's "launch" entry with classes and sha256
 
 Loading parses predictor.json as JSON, refuses another format version or another target,
 refuses an artifact whose name is not a plain file name of this directory, and checks each
@@ -24,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from latpred.errors import PredictorError
+from latpred.predictors.launch import ARTIFACT_SUFFIX as LAUNCH_SUFFIX
+from latpred.predictors.launch import LaunchClassifier, LaunchStaged
 from latpred.predictors.overhead import OverheadModel
 from latpred.predictors.search import FAMILIES
 from latpred.predictors.training import TypeFit
@@ -57,14 +62,24 @@ def save_model(model: Any, directory: str | os.PathLike) -> Path:
 
 
 def _write_fit(root: Path, fit: TypeFit, stem: str) -> dict[str, Any]:
-    data, params = fit.regressor.export()
-    name = stem + type(fit.regressor).artifact_suffix
+    reg, classifier = fit.regressor, None
+    if isinstance(reg, LaunchStaged):   # the regressor's artifact, then the classifier's
+        reg, classifier = reg.regressor, reg.classifier
+    data, params = reg.export()
+    name = stem + type(reg).artifact_suffix
     if not _SAFE_NAME.match(name):
         raise PredictorError(f"Kernel type {stem!r} cannot name a file.")
     (root / name).write_bytes(data)
-    return {"family": type(fit.regressor).family, "features": list(fit.features),
-            "artifact": name, "sha256": hashlib.sha256(data).hexdigest(), "params": params,
-            "metrics": fit.metrics}
+    entry = {"family": type(reg).family, "features": list(fit.features),
+             "artifact": name, "sha256": hashlib.sha256(data).hexdigest(), "params": params,
+             "metrics": fit.metrics}
+    if classifier is not None:
+        data, params = classifier.export()
+        name = stem + LAUNCH_SUFFIX
+        (root / name).write_bytes(data)
+        entry["launch"] = {"artifact": name, "sha256": hashlib.sha256(data).hexdigest(),
+                           **params}
+    return entry
 
 
 def _json_default(v: Any) -> Any:
@@ -125,15 +140,17 @@ def _families() -> dict[str, Any]:
     return {**FAMILIES, AdaptedRegressor.family: AdaptedRegressor}
 
 
-def _read_fit(root: Path, ktype: str, entry: dict[str, Any]) -> TypeFit:
-    name, family = entry["artifact"], entry["family"]
+def _check_name(ktype: str, entry: dict[str, Any]) -> str:
+    name = entry["artifact"]
     if not isinstance(name, str) or not _SAFE_NAME.match(name):
         raise PredictorError(f"The artifact name {name!r} of kernel type {ktype} is not a plain "
                              "file name; the predictor has been tampered with.")
-    families = _families()
-    if family not in families:
-        raise PredictorError(f"Kernel type {ktype} names an unknown family {family!r}.")
-    path = root / name
+    return name
+
+
+def _read_artifact(root: Path, ktype: str, entry: dict[str, Any]) -> tuple[Path, bytes]:
+    """The bytes of an artifact named in `entry`, checked against its recorded sha256."""
+    path = root / _check_name(ktype, entry)
     try:
         data = path.read_bytes()
     except OSError:
@@ -141,12 +158,37 @@ def _read_fit(root: Path, ktype: str, entry: dict[str, Any]) -> TypeFit:
     if hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise PredictorError(f"The artifact {path} does not match the sha256 recorded in "
                              f"{MANIFEST}; it was modified after training, refusing to load it.")
+    return path, data
+
+
+def _read_fit(root: Path, ktype: str, entry: dict[str, Any]) -> TypeFit:
+    _check_name(ktype, entry)
+    family = entry["family"]
+    families = _families()
+    if family not in families:
+        raise PredictorError(f"Kernel type {ktype} names an unknown family {family!r}.")
+    path, data = _read_artifact(root, ktype, entry)
     try:
         reg = families[family].restore(data, dict(entry["params"]))
     except Exception as err:  # any failure to parse a foreign file is the user's file's fault
         raise PredictorError(f"The artifact {path} of kernel type {ktype} is not a valid "
                              f"{family} model ({type(err).__name__}); refusing it.") from None
     features = tuple(entry["features"])
+    launch = entry.get("launch")
+    if launch is not None:   # the launch-pattern stage: the regressor also reads its columns
+        path_c, data_c = _read_artifact(root, ktype, launch)
+        try:
+            classifier = LaunchClassifier.restore(data_c, launch)
+        except Exception as err:
+            raise PredictorError(f"The artifact {path_c} of kernel type {ktype} is not a valid "
+                                 f"launch classifier ({type(err).__name__}); refusing it.") \
+                from None
+        if classifier.features != features or \
+                reg.n_features_in_ != len(features) + len(classifier.classes):
+            raise PredictorError(f"The artifacts {path} and {path_c} do not fit the "
+                                 f"{len(features)} features {MANIFEST} lists.")
+        return TypeFit(ktype, features, LaunchStaged(reg, classifier),
+                       dict(entry.get("metrics", {})))
     if len(features) != reg.n_features_in_:
         raise PredictorError(f"The artifact {path} expects {reg.n_features_in_} features but "
                              f"{MANIFEST} lists {len(features)}.")

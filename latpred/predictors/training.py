@@ -2,7 +2,9 @@
 
 Two tables, both pandas:
 - kernel rows (`kernel_rows`): one per measured kernel with status "ok" and a positive latency:
-  `model_id`, `kernel_type`, `latency_ms` and the `f_<feature>` columns;
+  `model_id`, `kernel_type`, `latency_ms` and the `f_<feature>` columns, and where the dataset
+  has it (CUDA) the `launches` column, which trains the launch-pattern stage
+  (predictors/launch.py);
 - model rows (`model_rows`): one per model whose end-to-end latency and all of whose kernels were
   measured: `model_id`, `latency_ms` (end to end), `n_kernels`, `kernel_sum_ms`; these drive the
   overhead.
@@ -20,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from latpred.errors import DatasetError
+from latpred.predictors import launch
 from latpred.predictors.base import LatencyRegressor
 from latpred.predictors.lasso import PositiveLasso
 from latpred.predictors.search import SearchSpec, fit_searched
@@ -61,7 +64,8 @@ def kernel_rows(kernels: pd.DataFrame) -> pd.DataFrame:
     ok = (kernels["status"] == "ok") & np.isfinite(kernels["latency_ms"]) & \
         (kernels["latency_ms"] > 0)
     cols = ["model_id", "kernel_type", "latency_ms"] + \
-        [c for c in kernels.columns if c.startswith(FEATURE_PREFIX)]
+        [c for c in kernels.columns if c.startswith(FEATURE_PREFIX)] + \
+        [launch.LAUNCH_COLUMN] * (launch.LAUNCH_COLUMN in kernels)
     return kernels.loc[ok, cols].reset_index(drop=True)
 
 
@@ -166,7 +170,9 @@ class TypeFit:
 def fit_type(kernel_type: str, rows: pd.DataFrame, spec: SearchSpec, seed: int,
              features: tuple[str, ...] | None = None) -> TypeFit:
     """Search and fit the regressor of one kernel type on its rows (on `features`, by default
-    its `feature_schema`)."""
+    its `feature_schema`); a type of `launch.LAUNCH_TYPES` whose rows carry `launches` gets
+    the launch-pattern stage (predictors/launch.py): its regressor also sees the out-of-fold
+    probabilities of a pattern classifier, and the fit holds a `LaunchStaged` regressor."""
     features = features or feature_schema(kernel_type, rows)
     if not features:
         raise DatasetError(f"Kernel type {kernel_type} has no feature column with a value on "
@@ -176,12 +182,22 @@ def fit_type(kernel_type: str, rows: pd.DataFrame, spec: SearchSpec, seed: int,
                      columns=list(features))
     y = rows["latency_ms"].to_numpy(np.float64)
     groups = rows["model_id"].to_numpy() if "model_id" in rows else None
+    stage = launch.fit_stage(X.to_numpy(), features, rows, seed) \
+        if launch.applies(kernel_type, rows) else None
+    if stage is not None:
+        classifier, oof, _ = stage
+        X = pd.concat([X, pd.DataFrame(oof, columns=classifier.columns())], axis=1)
     result = fit_searched(spec, X, y, seed=seed, groups=groups)
+    # The training error on the columns the regressor was fitted on (with the stage: the
+    # out-of-fold probabilities, not the refitted classifier's in-sample ones).
     pred = result.estimator.predict(X)
     metrics = {"n_rows": int(len(y)), "search": spec.name, "n_candidates": result.n_candidates,
                "best_params": result.best_params, "cv_mape": result.cv_mape,
                "train_mape": float(np.mean(np.abs(pred - y) / y))}
-    return TypeFit(kernel_type, features, result.estimator, metrics)
+    if stage is None:
+        return TypeFit(kernel_type, features, result.estimator, metrics)
+    return TypeFit(kernel_type, features, launch.LaunchStaged(result.estimator, stage[0]),
+                   {**metrics, "launch": stage[2]})
 
 
 def fit_fallback(rows: pd.DataFrame) -> TypeFit | None:

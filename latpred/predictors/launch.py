@@ -1,0 +1,210 @@
+"""The launch-pattern stage: which of cuDNN's launch sequences a grouped convolution runs.
+
+cuDNN (benchmark off) runs one of some 64 launch patterns per grouped convolution on the H100
+(one grouped kernel; two kernels; per-group loops of memsets, NCHW/NHWC transforms and convs;
+...), chosen by its heuristics from the geometry, and the pattern sets much of the latency:
+on h100-cuda-synthetic the grouped-conv regressor errs 14.7% per kernel on its features and
+6.9% when it is told the pattern cuDNN ran (docs/results/cuda-campaigns/README.md, session 9;
+`scripts/cuda_grouped_diag.py pattern`). The pattern is only known after running, but the
+features nearly determine it, so for the kernel types of `LAUNCH_TYPES` whose training rows
+carry the CUDA datasets' `launches` column (every row of the type), training adds a stage:
+
+- the rows' patterns (`launches` without the fused epilogue's trailing
+  "+elementwise+activation") are reduced to the `TOP_PATTERNS` commonest, the rest to one
+  "other" class; a LightGBM classifier of those classes is trained on the type's features
+  but the graph-level `context_bytes` (cuDNN chooses from the convolution alone);
+- its out-of-fold class probabilities for the training rows (GroupKFold by model, `FOLDS`
+  folds; each row's from a classifier that never saw the row's model) become extra columns
+  `launch_p0..` of the type's regressor, so it learns from probabilities as honest as those it
+  will get; the classifier refitted on every row then fills the columns at prediction.
+
+The type's TypeFit then holds a `LaunchStaged` regressor: it takes the type's usual feature
+rows and appends the classifier's probabilities itself, so `predict`, the batched path and
+the supernet scorer call it like any regressor. Every family gets the columns. Datasets
+without `launches` (every non-CUDA target) train no stage and exactly the model they trained
+before. The classifier is saved as a LightGBM text model next to the regressor's artifact,
+its sha256 in predictor.json (predictors/persist.py).
+
+Protocol (a) on h100-cuda-synthetic (GBDT): grouped convs 14.6% -> 12.6% per kernel, end to
+end 3.91% -> 3.63%, though 93% of models within 10% instead of 96% (a wrongly classified
+pattern moves a model further); protocol (c) on the zoo unchanged (2.72%).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+import pandas as pd
+
+from latpred.predictors.base import LatencyRegressor
+
+# Kernel types whose regressor gets the launch-pattern stage when their rows carry `launches`.
+LAUNCH_TYPES = frozenset({"grouped_conv2d"})
+LAUNCH_COLUMN = "launches"
+# The fused epilogue a kernel's launches end with whatever cuDNN chose for the convolution.
+EPILOGUE = re.compile(r"\+elementwise\+activation$")
+TOP_PATTERNS = 8          # classes: the commonest patterns, the others pooled
+OTHER = "other"
+FOLDS = 5                 # out-of-fold probabilities: GroupKFold by model
+MIN_ROWS = 20             # fewer training rows of the type: no stage
+COLUMN_PREFIX = "launch_p"
+ARTIFACT_SUFFIX = ".launch.lgb.txt"
+# Fixed, small: `scripts/cuda_grouped_diag.py pattern`'s classifier (95% accurate on held-out
+# models of h100-cuda-synthetic).
+CLASSIFIER_PARAMS = {"n_estimators": 300, "learning_rate": 0.05, "num_leaves": 15,
+                     "min_child_samples": 5}
+
+
+def launch_patterns(launches: Sequence[str] | pd.Series) -> np.ndarray:
+    """The launch pattern of each kernel: its launches without the fused epilogue."""
+    return np.array([EPILOGUE.sub("", str(s)) for s in launches], dtype=object)
+
+
+def applies(kernel_type: str, rows: pd.DataFrame) -> bool:
+    """Whether a kernel type's training rows get the stage: a type of LAUNCH_TYPES, enough rows,
+    every one with its launches, and at least two pattern classes."""
+    if kernel_type not in LAUNCH_TYPES or LAUNCH_COLUMN not in rows or len(rows) < MIN_ROWS:
+        return False
+    launches = rows[LAUNCH_COLUMN]
+    if launches.isna().any() or (launches.astype(str) == "").any():
+        return False
+    return len(set(launch_patterns(launches))) >= 2
+
+
+def pattern_classes(patterns: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    """The classes (the TOP_PATTERNS commonest patterns, most rows first, ties by name, then
+    OTHER when any pattern is left) and each row's class index."""
+    counts = pd.Series(patterns).value_counts()
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    classes = [p for p, _ in ranked[:TOP_PATTERNS]]
+    if len(ranked) > TOP_PATTERNS:
+        classes.append(OTHER)
+    index = {p: i for i, p in enumerate(classes)}
+    labels = np.array([index.get(p, len(classes) - 1) for p in patterns], dtype=np.int64)
+    return tuple(classes), labels
+
+
+def classifier_inputs(features: Sequence[str]) -> tuple[str, ...]:
+    """The features the classifier reads: the type's, but the graph-level context."""
+    from latpred.features import CONTEXT
+
+    return tuple(f for f in features if f != CONTEXT)
+
+
+class LaunchClassifier:
+    """LightGBM multiclass model of the launch-pattern classes from a type's feature rows
+    (of `features`; it reads the columns `inputs` of them)."""
+
+    family: ClassVar[str] = "launch_classifier"
+
+    def __init__(self, classes: Sequence[str], booster: Any, features: Sequence[str],
+                 inputs: Sequence[str]):
+        self.classes = tuple(classes)
+        self.booster = booster
+        self.features = tuple(features)
+        self.inputs = tuple(inputs)
+        self.n_features = len(self.features)
+        self._columns = np.array([self.features.index(f) for f in self.inputs], dtype=np.intp)
+
+    @classmethod
+    def fit(cls, X: np.ndarray, labels: np.ndarray, classes: Sequence[str],
+            features: Sequence[str], seed: int = 0) -> "LaunchClassifier":
+        """Fit on feature rows X (columns `features`)."""
+        import lightgbm as lgb
+
+        inputs = classifier_inputs(features)
+        X = np.asarray(X, dtype=np.float64)[:, [list(features).index(f) for f in inputs]]
+        p = CLASSIFIER_PARAMS
+        params = {"objective": "multiclass", "num_class": len(classes),
+                  "learning_rate": p["learning_rate"], "num_leaves": p["num_leaves"],
+                  "min_data_in_leaf": p["min_child_samples"], "seed": seed, "num_threads": 1,
+                  "deterministic": True, "force_col_wise": True, "verbose": -1}
+        booster = lgb.train(params, lgb.Dataset(X, label=labels, params={"verbose": -1}),
+                            num_boost_round=p["n_estimators"])
+        return cls(classes, booster, features, inputs)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """(rows, classes) probabilities of feature rows (columns `features`)."""
+        X = np.asarray(X, dtype=np.float64)[:, self._columns]
+        P = self.booster.predict(X, num_threads=1)
+        return np.asarray(P, dtype=np.float64).reshape(len(X), len(self.classes))
+
+    def columns(self) -> list[str]:
+        return [f"{COLUMN_PREFIX}{i}" for i in range(len(self.classes))]
+
+    # -- artifact: LightGBM's text model (parsed, never executed) and a JSON-able dict --------
+    def export(self) -> tuple[bytes, dict[str, Any]]:
+        return (self.booster.model_to_string().encode(),
+                {"classes": list(self.classes), "features": list(self.features),
+                 "inputs": list(self.inputs), "params": dict(CLASSIFIER_PARAMS)})
+
+    @classmethod
+    def restore(cls, data: bytes, params: dict[str, Any]) -> "LaunchClassifier":
+        import lightgbm as lgb
+
+        booster = lgb.Booster(model_str=data.decode("utf-8"))
+        classes = [str(c) for c in params["classes"]]
+        features, inputs = [str(f) for f in params["features"]], [str(f) for f in params["inputs"]]
+        if not set(inputs) <= set(features) or booster.num_feature() != len(inputs) or \
+                booster.num_model_per_iteration() != len(classes):
+            raise ValueError("the launch classifier does not match its declared shape")
+        return cls(classes, booster, features, inputs)
+
+
+def out_of_fold(X: np.ndarray, labels: np.ndarray, classes: Sequence[str],
+                features: Sequence[str], groups: np.ndarray | None, seed: int = 0
+                ) -> np.ndarray:
+    """Each row's class probabilities from a classifier trained on the other folds (grouped by
+    model when `groups` is given)."""
+    from sklearn.model_selection import GroupKFold, KFold
+
+    X = np.asarray(X, dtype=np.float64)
+    n_groups = len(np.unique(groups)) if groups is not None else len(X)
+    folds = min(FOLDS, n_groups)
+    if folds < 2:
+        return LaunchClassifier.fit(X, labels, classes, features, seed).predict_proba(X)
+    split = (KFold(folds, shuffle=True, random_state=seed).split(X) if groups is None else
+             GroupKFold(folds, shuffle=True, random_state=seed).split(X, labels, groups))
+    out = np.zeros((len(X), len(classes)))
+    for tr, te in split:
+        out[te] = LaunchClassifier.fit(X[tr], labels[tr], classes, features,
+                                       seed).predict_proba(X[te])
+    return out
+
+
+def fit_stage(X: np.ndarray, features: Sequence[str], rows: pd.DataFrame, seed: int = 0
+              ) -> tuple[LaunchClassifier, np.ndarray, dict[str, Any]]:
+    """The classifier (fitted on every row), the rows' out-of-fold probabilities and metrics,
+    for training rows that `applies` accepts (X: their rows of `features`, in row order)."""
+    X = np.asarray(X, dtype=np.float64)
+    patterns = launch_patterns(rows[LAUNCH_COLUMN])
+    classes, labels = pattern_classes(patterns)
+    groups = rows["model_id"].to_numpy() if "model_id" in rows else None
+    oof = out_of_fold(X, labels, classes, features, groups, seed)
+    clf = LaunchClassifier.fit(X, labels, classes, features, seed)
+    metrics = {"n_patterns": int(len(set(patterns))), "n_classes": len(classes),
+               "oof_accuracy": float(np.mean(np.argmax(oof, axis=1) == labels))}
+    return clf, oof, metrics
+
+
+class LaunchStaged(LatencyRegressor):
+    """A type's regressor behind its launch classifier: takes the type's feature rows, appends
+    the class probabilities and predicts with the regressor trained on both."""
+
+    family: ClassVar[str] = "launch"
+
+    def __init__(self, regressor: LatencyRegressor | None = None,
+                 classifier: LaunchClassifier | None = None):
+        self.regressor = regressor
+        self.classifier = classifier
+        if classifier is not None:
+            self.n_features_in_ = classifier.n_features
+
+    def fit(self, X: Any, y: Any) -> "LaunchStaged":  # pragma: no cover - built by fit_type
+        raise NotImplementedError("LaunchStaged is built by latpred.predictors.training.")
+
+    def predict(self, X: Any) -> np.ndarray:
+        X = self._check_predict(X)
+        return self.regressor.predict(np.hstack([X, self.classifier.predict_proba(X)]))

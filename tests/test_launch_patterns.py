@@ -1,0 +1,173 @@
+"""The launch-pattern stage of CUDA grouped convolutions (latpred/predictors/launch.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from latpred.errors import PredictorError
+from latpred.features import FEATURES
+from latpred.predictors import LatencyModel, PercentGBDT, SearchSpec, launch
+from latpred.predictors.adapt import AdaptedRegressor
+from latpred.predictors.launch import LaunchStaged
+
+ROOT = Path(__file__).resolve().parents[1]
+SYN = ROOT / "datasets" / "h100-cuda-synthetic"
+T = "h100/cuda/fp16"
+GROUPED = "grouped_conv2d"
+COLS = ["f_" + c for c in FEATURES[GROUPED]]
+FIXED = {"gbdt": {"n_estimators": 100}, "rf": {"n_estimators": 10}}
+
+
+def quick(family: str = "gbdt") -> SearchSpec:
+    return SearchSpec(family, "quick", method="none", fixed=FIXED[family])
+
+
+def frame(n_models: int, per: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Grouped-conv rows whose latency is a roofline-ish cost times a factor of the launch
+    pattern, which the features determine (channels per group not a multiple of 16: transforms
+    around the conv; else one conv up to 8 groups, two above)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for m in range(n_models):
+        for _ in range(per):
+            f = {c: float(rng.integers(1, 64)) for c in FEATURES[GROUPED]}
+            groups = float(rng.choice([2, 4, 8, 16, 32]))
+            gin = float(rng.choice([4, 8, 12, 16, 24, 32, 48, 64]))
+            hw = float(rng.choice([7, 14, 28, 56]))
+            f.update(groups=groups, group_in_c=gin, input_c=groups * gin, output_h=hw,
+                     output_w=hw, flops=2 * hw * hw * groups * gin * gin * 9)
+            pattern = ("memset+transform+conv+transform" if gin % 16 else
+                       "conv" if groups <= 8 else "conv+conv")
+            factor = {"conv": 1.0, "conv+conv": 1.6, "memset+transform+conv+transform": 3.0}
+            ms = (2e-8 * f["flops"] + 0.005) * factor[pattern] * rng.lognormal(0, 0.01)
+            rows.append({"model_id": f"m{seed}-{m}", "kernel_type": GROUPED, "latency_ms": ms,
+                         "launches": pattern + "+elementwise+activation",
+                         **{"f_" + k: v for k, v in f.items()}})
+    k = pd.DataFrame(rows)
+    s = k.groupby("model_id")["latency_ms"].agg(["sum", "size"])
+    m = pd.DataFrame({"model_id": s.index, "latency_ms": s["sum"].to_numpy() + 0.1,
+                      "n_kernels": s["size"].to_numpy(), "kernel_sum_ms": s["sum"].to_numpy()})
+    return k, m
+
+
+def test_patterns_drop_the_fused_epilogue_and_pool_the_rare_ones():
+    pats = launch.launch_patterns(["conv+elementwise+activation", "conv", "a+b+elementwise"])
+    assert list(pats) == ["conv", "conv", "a+b+elementwise"]
+    many = np.array([f"p{i}" for i in range(12) for _ in range(12 - i)], dtype=object)
+    classes, labels = launch.pattern_classes(many)
+    assert classes == tuple(f"p{i}" for i in range(launch.TOP_PATTERNS)) + (launch.OTHER,)
+    assert labels[-1] == launch.TOP_PATTERNS and labels[0] == 0
+
+
+def test_stage_is_trained_only_where_launches_exist():
+    k, m = frame(12, 8, 0)
+    staged = LatencyModel.fit_tables(k, m, T, "gbdt", quick())
+    fit = staged.types[GROUPED]
+    assert isinstance(fit.regressor, LaunchStaged)
+    assert fit.features == FEATURES[GROUPED]       # the usual feature rows go in
+    assert fit.metrics["launch"]["n_classes"] == 3 and fit.metrics["launch"]["oof_accuracy"] > .5
+    assert fit.regressor.regressor.n_features_in_ == len(FEATURES[GROUPED]) + 3
+    assert "context_bytes" not in fit.regressor.classifier.inputs
+    plain = LatencyModel.fit_tables(k.drop(columns="launches"), m, T, "gbdt", quick())
+    assert isinstance(plain.types[GROUPED].regressor, PercentGBDT)
+    assert "launch" not in plain.types[GROUPED].metrics
+    other = LatencyModel.fit_tables(k.assign(kernel_type="conv2d"), m, T, "gbdt", quick())
+    assert isinstance(other.types["conv2d"].regressor, PercentGBDT)     # not a LAUNCH_TYPE
+    one = LatencyModel.fit_tables(k.assign(launches="conv"), m, T, "gbdt", quick())
+    assert isinstance(one.types[GROUPED].regressor, PercentGBDT)        # one pattern: nothing
+
+
+@pytest.mark.parametrize("family", ["gbdt", "rf"])
+def test_stage_lowers_the_error_when_the_pattern_sets_the_latency(family):
+    k, m = frame(40, 10, 0)
+    test, _ = frame(20, 10, 1)
+    X = test[COLS].to_numpy()
+    y = test["latency_ms"].to_numpy()
+
+    def mape(model):
+        return float(np.mean(np.abs(model.types[GROUPED].regressor.predict(X) / y - 1)))
+
+    staged = mape(LatencyModel.fit_tables(k, m, T, family, quick(family)))
+    plain = mape(LatencyModel.fit_tables(k.drop(columns="launches"), m, T, family, quick(family)))
+    assert staged < 0.85 * plain
+
+
+# -- on measured CUDA data: 120 models of h100-cuda-synthetic, predicted on 12 others ----------
+@pytest.fixture(scope="module")
+def cuda(tmp_path_factory):
+    from latpred.dataset import Dataset
+    from latpred.sampler import build_graph
+
+    ds = Dataset.open(SYN)
+    models = ds.models(T).sort_values("model_id")
+    kernels = ds.kernels(T)
+    grouped = set(kernels.loc[kernels["kernel_type"] == GROUPED, "model_id"])
+    ids = list(models["model_id"])
+    train = ids[:120]
+    test = [i for i in ids[120:] if i in grouped][:12]
+    model = LatencyModel.fit(ds, T, "gbdt", quick(), model_ids=train)
+    arch = dict(zip(models["model_id"], models["arch"]))
+    graphs = [build_graph(json.loads(arch[i])) for i in test]
+    path = tmp_path_factory.mktemp("cuda") / "p"
+    model.save(path)
+    return model, graphs, path
+
+
+def test_cuda_predictor_has_the_stage_and_uses_it(cuda):
+    model, graphs, _ = cuda
+    fit = model.types[GROUPED]
+    assert isinstance(fit.regressor, LaunchStaged)
+    assert all(not isinstance(f.regressor, LaunchStaged) for t, f in model.types.items()
+               if t != GROUPED)
+    preds = model.predict_many(graphs)
+    assert sum(k.type == GROUPED for p in preds for k in p.kernels) >= 12
+
+
+def test_predict_and_batched_predict_many_agree(cuda):
+    model, graphs, _ = cuda
+    many = model.predict_many(graphs)
+    for g, p in zip(graphs, many):
+        one = model.predict(g)
+        assert np.allclose(one.kernel_ms, p.kernel_ms, rtol=1e-12, atol=0)
+        assert one.total_ms == pytest.approx(p.total_ms, rel=1e-12)
+
+
+def test_saved_and_loaded_predictor_predicts_identically(cuda):
+    model, graphs, path = cuda
+    doc = json.loads((path / "predictor.json").read_text())
+    entry = doc["kernel_types"][GROUPED]["launch"]
+    assert entry["artifact"] == GROUPED + ".launch.lgb.txt" and len(entry["sha256"]) == 64
+    assert entry["classes"] == list(model.types[GROUPED].regressor.classifier.classes)
+    assert all("launch" not in e for t, e in doc["kernel_types"].items() if t != GROUPED)
+    back = LatencyModel.load(path, target=T)
+    assert isinstance(back.types[GROUPED].regressor, LaunchStaged)
+    for a, b in zip(model.predict_many(graphs), back.predict_many(graphs)):
+        assert np.array_equal(a.kernel_ms, b.kernel_ms) and a.total_ms == b.total_ms
+
+
+def test_a_modified_classifier_is_refused(cuda, tmp_path):
+    import shutil
+
+    _, _, path = cuda
+    shutil.copytree(path, tmp_path / "p")
+    art = tmp_path / "p" / (GROUPED + ".launch.lgb.txt")
+    art.write_bytes(art.read_bytes() + b"\n")
+    with pytest.raises(PredictorError, match="sha256"):
+        LatencyModel.load(tmp_path / "p")
+
+
+def test_adapted_staged_regressor_round_trips(cuda):
+    model, _, _ = cuda
+    staged = model.types[GROUPED].regressor
+    adapted = AdaptedRegressor(staged, 1.3)
+    rng = np.random.default_rng(0)
+    X = rng.uniform(1, 64, (20, staged.n_features_in_))
+    data, params = adapted.export()
+    back = AdaptedRegressor.restore(data, params)
+    assert np.array_equal(back.predict(X), adapted.predict(X))
+    assert np.allclose(adapted.predict(X), 1.3 * staged.predict(X))

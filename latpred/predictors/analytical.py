@@ -22,8 +22,8 @@ import pandas as pd
 from latpred.errors import DatasetError
 from latpred.features import FEATURES, kernel_features
 
-CONV_LIKE = frozenset({"conv2d", "grouped_conv2d", "dwconv2d", "fc", "batch_matmul",
-                       "winograd_matmul"})
+CONV_LIKE = frozenset({"conv2d", "grouped_conv2d", "dwconv2d", "dwconv2d_igemm", "fc",
+                       "batch_matmul", "winograd_matmul"})
 PREFIX = "f_"
 KEYS = ("model_id", "kernel_index", "kernel_type")
 

@@ -8,6 +8,7 @@ sources' names and their own noise figures kept under `merged_from`, so no label
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Sequence
 
@@ -61,7 +62,8 @@ def combine_campaigns(sources: Sequence[str | os.PathLike], out: str | os.PathLi
     --reference-ms`, the same value for each). Rows come from the first source, with the
     per-source labels kept in `campaign_labels_ms` (a JSON list) and the count in
     `n_campaigns`; a model (or kernel) at least two campaigns measured is kept. A kernel is
-    combined only where the sources agree on its kernel type.
+    combined only where the sources agree on its kernel type. A source that is itself a
+    combination counts as the campaigns it kept, so a new campaign can join an old median.
 
     Each target's noise is a split-half retest: the median over the even-numbered sources
     against the median over the odd-numbered ones (end to end and per kernel), a conservative
@@ -84,43 +86,67 @@ def combine_campaigns(sources: Sequence[str | os.PathLike], out: str | os.PathLi
     if len(klabels):
         combined.append_kernels(_with_median(opened[0].kernels(), klabels,
                                              key + ["kernel_index", "kernel_type"]))
+    n = len(_campaign_cols(labels))
     noise = {}
     for target in sorted(labels["target"].unique()):
         entry = dict(opened[0].manifest["targets"].get(target, {}))
         noise[target] = _split_half_noise(labels[labels["target"] == target],
-                                          klabels[klabels["target"] == target], len(opened))
-        entry.update(noise=noise[target], combined_from=[
-            {"name": ds.manifest["name"], "path": str(ds.root),
-             "noise": ds.manifest["targets"].get(target, {}).get("noise")} for ds in opened])
+                                          klabels[klabels["target"] == target], n)
+        entry.update(noise=noise[target],
+                     combined_from=[c for ds in opened for c in _campaigns_of(ds, target)])
         combined.update_manifest(target, **entry)
     combined.compact()
     return noise
 
 
+def _campaigns_of(ds: Dataset, target: str) -> list[dict]:
+    """The manifest's record of the campaigns `ds` holds: itself, or those it combined."""
+    entry = ds.manifest["targets"].get(target, {})
+    return entry.get("combined_from") or [
+        {"name": ds.manifest["name"], "path": str(ds.root), "noise": entry.get("noise")}]
+
+
+def _campaign_labels(table: pd.DataFrame, key: list[str]) -> pd.DataFrame:
+    """`key` and one latency column per campaign `table` holds: its label, or, where it is a
+    combination, each campaign's label it kept (`campaign_labels_ms`; its median is not one)."""
+    t = table.drop_duplicates(key)
+    if "campaign_labels_ms" not in t.columns:
+        return t[key + ["latency_ms"]]
+    lists = [json.loads(s) for s in t["campaign_labels_ms"]]
+    width = max(map(len, lists), default=0)
+    values = [[np.nan if v is None else v for v in r] + [np.nan] * (width - len(r)) for r in lists]
+    return pd.concat([t[key].reset_index(drop=True),
+                      pd.DataFrame(np.array(values, float).reshape(len(t), width))], axis=1)
+
+
 def _side_by_side(tables: list[pd.DataFrame], key: list[str]) -> pd.DataFrame:
-    """One row per key, the latency of each source as column c0, c1, ... (NaN where absent)."""
-    out = None
-    for i, t in enumerate(tables):
-        part = t[key + ["latency_ms"]].drop_duplicates(key).rename(columns={"latency_ms": f"c{i}"})
+    """One row per key, the latency of each campaign as column c0, c1, ... (NaN where absent)."""
+    out, n = None, 0
+    for t in tables:
+        part = _campaign_labels(t, key)
+        cols = [c for c in part.columns if c not in key]
+        part = part.rename(columns={c: f"c{n + j}" for j, c in enumerate(cols)})
+        n += len(cols)
         out = part if out is None else out.merge(part, on=key, how="outer")
     return out
 
 
+def _campaign_cols(labels: pd.DataFrame) -> list[str]:
+    return [c for c in labels.columns if c.startswith("c") and c[1:].isdigit()]
+
+
 def _shared(labels: pd.DataFrame) -> pd.DataFrame:
     """The rows at least two campaigns measured (one campaign alone is no combination)."""
-    cols = [c for c in labels.columns if c.startswith("c") and c[1:].isdigit()]
-    return labels[labels[cols].notna().sum(axis=1) >= 2]
+    return labels[labels[_campaign_cols(labels)].notna().sum(axis=1) >= 2]
 
 
 def _with_median(rows: pd.DataFrame, labels: pd.DataFrame, key: list[str]) -> pd.DataFrame:
-    import json
-
-    cols = [c for c in labels.columns if c.startswith("c") and c[1:].isdigit()]
-    values = labels[cols].to_numpy(float)
+    values = labels[_campaign_cols(labels)].to_numpy(float)
     labels = labels[key].assign(
         median_ms=np.nanmedian(values, axis=1), n_campaigns=np.isfinite(values).sum(axis=1),
         campaign_labels_ms=[json.dumps([None if np.isnan(v) else round(float(v), 6) for v in r])
                             for r in values])
+    rows = rows.drop(columns=["campaign_labels_ms", "n_campaigns"], errors="ignore")
     rows = rows.merge(labels, on=key, how="inner")
     return rows.assign(latency_ms=rows.pop("median_ms"))
 

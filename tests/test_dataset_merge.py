@@ -103,3 +103,33 @@ def test_combine_refuses_campaigns_of_other_models_and_a_single_one(tmp_path):
     result = CliRunner().invoke(main, ["dataset", "combine", str(a.root),
                                        "--out", str(tmp_path / "m")])
     assert result.exit_code == 2 and "at least two" in result.output
+
+
+def test_a_new_campaign_joins_an_old_combination_as_its_campaigns(tmp_path):
+    """combine(combine(c0, c1), c2, c3) is combine(c0, c1, c2, c3): the old median is not
+    taken as one more campaign, each campaign it kept is."""
+    import json
+
+    import numpy as np
+
+    runs = _campaigns(tmp_path, [1.00, 1.10, 0.96, 1.02])
+    cli = CliRunner()
+    assert cli.invoke(main, ["dataset", "combine", str(runs[0].root), str(runs[1].root),
+                             "--out", str(tmp_path / "old")]).exit_code == 0
+    result = cli.invoke(main, ["dataset", "combine", str(tmp_path / "old"), str(runs[2].root),
+                               str(runs[3].root), "--out", str(tmp_path / "new")])
+    assert result.exit_code == 0, result.output
+    assert "median of 4 campaigns" in result.output
+    assert cli.invoke(main, ["dataset", "combine", *[str(r.root) for r in runs],
+                             "--out", str(tmp_path / "all")]).exit_code == 0
+    new, direct = Dataset.open(tmp_path / "new"), Dataset.open(tmp_path / "all")
+    for table, keys in (("models", ["model_id"]), ("kernels", ["model_id", "kernel_index"])):
+        a, b = (getattr(d, table)(TARGET).sort_values(keys).reset_index(drop=True)
+                for d in (new, direct))
+        assert np.allclose(a["latency_ms"], b["latency_ms"], atol=1e-6)  # kept to 1 ns
+        assert (a["n_campaigns"] == 4).all()
+        assert ([json.loads(s) for s in a["campaign_labels_ms"]]
+                == [json.loads(s) for s in b["campaign_labels_ms"]])
+    entry, ref = (d.manifest["targets"][TARGET] for d in (new, direct))
+    assert entry["noise"] == pytest.approx(ref["noise"], abs=0.01)
+    assert [s["noise"]["e2e_retest_mdape"] for s in entry["combined_from"]] == [0, 1, 2, 3]

@@ -57,6 +57,7 @@ _PART = re.compile(r"^part-(\d{6,})\.parquet$")
 # Target entries of the manifest: known keys and their JSON types (more keys are allowed).
 _TARGET_KEYS: dict[str, tuple[type, ...]] = {
     "runtime": (str,), "runtime_version": (str,), "machine": (str,), "cpu_model": (str,),
+    "cpu_id": (str,),
     "threads": (int,), "precision": (str,), "date": (str,), "warmup": (int,), "repeats": (int,),
     "noise": (dict,),
 }

@@ -73,6 +73,7 @@ def combine_campaigns(sources: Sequence[str | os.PathLike], out: str | os.PathLi
     if len(sources) < 2:
         raise DatasetError("Combining needs at least two campaigns of the same models.")
     opened = [Dataset.open(s) for s in sources]
+    _same_cpu(opened)
     key = ["model_id", "target"]
     models = [ds.models().query("status == 'ok'") for ds in opened]
     labels = _shared(_side_by_side(models, key))
@@ -97,6 +98,21 @@ def combine_campaigns(sources: Sequence[str | os.PathLike], out: str | os.PathLi
         combined.update_manifest(target, **entry)
     combined.compact()
     return noise
+
+
+def _same_cpu(opened: list[Dataset]) -> None:
+    """Refuse campaigns whose manifests name different CPUs (`cpu_id`, recorded since session
+    10): two VMs both called "AMD EPYC" ran the same models 30% apart, which is another device,
+    not a retest. Campaigns that do not record it are taken as they are."""
+    seen: dict[str, str] = {}
+    for ds in opened:
+        for entry in ds.manifest["targets"].values():
+            if entry.get("cpu_id"):
+                seen.setdefault(entry["cpu_id"], str(ds.root))
+    if len(seen) > 1:
+        (a, pa), (b, pb) = list(seen.items())[:2]
+        raise DatasetError(f"{pa} was measured on {a} and {pb} on {b}: campaigns of different "
+                           "CPUs are different devices; keep them as separate datasets.")
 
 
 def _campaigns_of(ds: Dataset, target: str) -> list[dict]:

@@ -133,3 +133,13 @@ def test_a_new_campaign_joins_an_old_combination_as_its_campaigns(tmp_path):
     entry, ref = (d.manifest["targets"][TARGET] for d in (new, direct))
     assert entry["noise"] == pytest.approx(ref["noise"], abs=0.01)
     assert [s["noise"]["e2e_retest_mdape"] for s in entry["combined_from"]] == [0, 1, 2, 3]
+
+
+def test_combine_refuses_campaigns_of_different_cpus(tmp_path):
+    runs = _campaigns(tmp_path, [1.00, 0.70])
+    runs[0].update_manifest(TARGET, cpu_id="AuthenticAMD family 25 model 1 stepping 1")
+    runs[1].update_manifest(TARGET, cpu_id="AuthenticAMD family 25 model 17 stepping 1")
+    result = CliRunner().invoke(main, ["dataset", "combine", str(runs[0].root),
+                                       str(runs[1].root), "--out", str(tmp_path / "m")])
+    assert result.exit_code == 2 and "different devices" in result.output
+    assert not (tmp_path / "m" / "manifest.json").exists()

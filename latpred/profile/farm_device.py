@@ -68,10 +68,10 @@ class DeviceWorker:
             os.sched_setaffinity(0, set(device.cpus))  # the actor itself stays on its cores
 
     def info(self) -> dict[str, Any]:
-        from latpred.profile.machine import cpu_model
+        from latpred.profile.machine import cpu_id, cpu_model
 
         return {"device": self.device.resource, "node_ip": self.device.node_ip,
-                "cpu_model": cpu_model(), "pid": os.getpid()}
+                "cpu_model": cpu_model(), "cpu_id": cpu_id(), "pid": os.getpid()}
 
     def measure(self, models: list[ModelFile]) -> tuple[Any, Any]:
         """(model rows, kernel rows) of `models` measured on this device."""

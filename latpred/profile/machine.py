@@ -18,9 +18,50 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_id() -> str:
+    """Which CPU this is, beyond its name: a VM's model name can be just "AMD EPYC" on hosts of
+    different generations (two such VMs ran the same models 30% apart, docs/measurement.md).
+    Family, model and stepping from /proc/cpuinfo and the per-core L2 and shared L3 sizes from
+    sysfs; "" where Linux does not say."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                if key in ("vendor_id", "cpu family", "model", "stepping") and key not in fields:
+                    fields[key] = value.strip()
+                if not line.strip() and fields:
+                    break
+    except OSError:
+        return ""
+    parts = [f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model "
+             f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}"]
+    for level in ("2", "3"):
+        size = _cache_size(level)
+        if size:
+            parts.append(f"L{level} {size}")
+    return ", ".join(parts)
+
+
+def _cache_size(level: str) -> str:
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in sorted(os.listdir(base)):
+            with open(f"{base}/{index}/level") as fh:
+                if fh.read().strip() != level:
+                    continue
+            with open(f"{base}/{index}/size") as fh:
+                return fh.read().strip()
+    except OSError:
+        pass
+    return ""
+
+
 def machine_fields() -> dict[str, str]:
-    """`machine` (architecture, usable cores, OS) and `cpu_model` for a manifest target entry."""
+    """`machine` (architecture, usable cores, OS), `cpu_model` and `cpu_id` for a manifest
+    target entry."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     system = f"{platform.system()} {platform.release()}"
     machine = f"{platform.machine()}, {usable} usable CPUs, {system}"
-    return {"machine": machine, "cpu_model": cpu_model()}
+    return {"machine": machine, "cpu_model": cpu_model(), "cpu_id": cpu_id()}

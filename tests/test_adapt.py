@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from latpred.cli import main
 from latpred.errors import PredictorError
 from latpred.predictors import LatencyModel
-from latpred.predictors.adapt import AdaptedRegressor, adapt, adapt_dataset
+from latpred.predictors.adapt import (SIMPLEST_FIRST, AdaptedRegressor, StackedRegressor, adapt,
+                                     adapt_dataset)
 from latpred.predictors.training import load_tables
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/simdata.py
@@ -100,6 +101,25 @@ def test_adapted_predictor_saves_loads_and_refuses_a_tampered_source(pair, tmp_p
         LatencyModel.load(tmp_path / "p")
 
 
+def test_stacked_refits_on_the_source_prediction_and_round_trips(pair, tmp_path):
+    """`stacked`: per type with rows enough, the linear family on the type's features plus the
+    scaled source prediction; as good as the factor here (the new device is a factor per type)
+    and saved / loaded to the same predictions."""
+    source, new_ds, _ = pair
+    k, m, _, m_rest = _split(new_ds, 20)
+    model = adapt(source, k, m, NEW, "stacked")
+    stacked = [t for t, f in model.types.items() if isinstance(f.regressor, StackedRegressor)]
+    assert "conv2d" in stacked
+    assert all(model.types[t].metrics["n_rows"] >= 20 for t in stacked)
+    assert _e2e_mape(model, new_ds, m_rest["model_id"]) < 0.06
+    model.save(tmp_path / "p")
+    back = LatencyModel.load(tmp_path / "p", target=NEW)
+    kt = k[k["kernel_type"] == "conv2d"]
+    X = kt[["f_" + f for f in model.types["conv2d"].features]].to_numpy(float)
+    assert back.types["conv2d"].regressor.predict(X) == pytest.approx(
+        model.types["conv2d"].regressor.predict(X), rel=1e-12)
+
+
 def test_a_kernel_type_the_source_never_saw_is_learned_from_the_new_device(pair):
     source, new_ds, _ = pair
     k, m, _, _ = _split(new_ds, 15)
@@ -116,12 +136,12 @@ def test_auto_picks_by_cross_validation_and_records_it(pair):
     k, m, _, _ = _split(new_ds, 20)
     model = adapt(source, k, m, NEW, "auto")
     cv = model.training["method_cv_mape"]
-    assert set(cv) == {"global", "scale", "residual"}
+    assert set(cv) == {"global", "scale", "residual", "stacked"} == set(SIMPLEST_FIRST)
     best = min(cv.values())
     chosen = model.training["method"]
     assert cv[chosen] <= 1.05 * best
     # nothing simpler was within 5% of the best
-    simpler = ("global", "scale", "residual")[:("global", "scale", "residual").index(chosen)]
+    simpler = SIMPLEST_FIRST[:SIMPLEST_FIRST.index(chosen)]
     assert all(cv[m] > 1.05 * best for m in simpler)
     # on this pair the types' speeds differ (0.55-1.4), so one global factor is not enough
     assert cv["global"] > cv["scale"]

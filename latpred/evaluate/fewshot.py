@@ -5,8 +5,9 @@ The new device's dataset is split once into a test set and a pool (or the test s
 dataset, e.g. the zoo measured on the new device). For each n in `shots`, `draws` random sets
 of n pool models are drawn; on each, every method is trained and scored on the same test set:
 
-- `adapt global`, `adapt scale`, `adapt residual`, `adapt auto` (predictors/adapt.py; each
-  with its overhead chosen by `adapt`'s cross-validation: the source's scaled, or re-fitted);
+- `adapt global`, `adapt scale`, `adapt residual`, `adapt stacked`, `adapt auto`
+  (predictors/adapt.py; each with its overhead chosen by `adapt`'s cross-validation: the
+  source's scaled, or re-fitted);
 - `scratch <family>`: a LatencyModel trained on the n models alone (its usual search);
 - `source as is`: the source predictor unchanged (its kernel types that the new device lacks
   go to the flagged fallback), and `source x global factor`: its end-to-end predictions times
@@ -89,16 +90,16 @@ def summarize(per_draw: pd.DataFrame) -> pd.DataFrame:
 def _methods(source, kernels, models, ids, test: EvalSet, target, families, seed,
              as_is: MethodResult, everything: EvalSet) -> list[MethodResult]:
     from latpred.predictors import LatencyModel
-    from latpred.predictors.adapt import adapt
+    from latpred.predictors.adapt import SIMPLEST_FIRST, adapt
 
     k = kernels[kernels["model_id"].isin(ids)]
     m = models[models["model_id"].isin(ids)]
     out = []
-    for method in ("global", "scale", "residual", "auto"):
+    for method in (*SIMPLEST_FIRST, "auto"):
         model = adapt(source, k, m, target, method, seed)
         result = score_latpred(model, test, f"adapt {method}")
         if method == "auto":
-            for m_ in ("global", "scale", "residual"):  # how often auto picks each
+            for m_ in SIMPLEST_FIRST:  # how often auto picks each
                 result.metrics[f"chose_{m_}"] = float(model.training["method"] == m_)
             result.metrics["chose_scaled_overhead"] = float(model.training["overhead"] == "scaled")
         out.append(result)

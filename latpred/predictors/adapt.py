@@ -11,8 +11,13 @@ on the new device, what differs (HELP and LitePred adapt from as few; nn-Meter r
 - `residual`: the factor, then a small, heavily regularised GBDT per kernel type on what is
   left (the ratio measured / scaled prediction, from the type's own features): the trees are
   fine-tuned on the residuals instead of retrained;
+- `stacked`: the linear family (non-negative cost terms, predictors/lasso_terms) refitted on
+  the new device's rows of a type, with the scaled source prediction as one more cost column:
+  the source's shape where it carries, the type's own FLOPs / bytes / cache terms where the
+  new device departs from it (a faster memory system moves element-wise and FC kernels, not
+  convolutions); types with fewer than STACKED_MIN_ROWS rows keep the factor;
 - `global`: one factor for every kernel type (the one of all kernels together);
-- `auto`: the simplest of the three whose end-to-end MAPE in a cross-validation over the few
+- `auto`: the simplest of these whose end-to-end MAPE in a cross-validation over the few
   models (grouped by model, so no model is in its own test fold) is within 5% of the best.
 
 Kernel types the source never measured are trained from the new device's rows alone (the
@@ -42,12 +47,12 @@ from latpred.errors import PredictorError
 from latpred.predictors.base import LatencyRegressor
 from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback, fit_type
 
-METHODS = ("auto", "global", "scale", "residual")
+METHODS = ("auto", "global", "scale", "residual", "stacked")
 OVERHEADS = ("auto", "scaled", "refit")
 # From the simplest to the most flexible: `auto` keeps the simplest method whose cross-validated
 # error is within AUTO_TOLERANCE (relative) of the best, as a few models cannot tell apart
 # methods closer than that, and the simpler one carried better to real models (docs/fewshot.md).
-SIMPLEST_FIRST = ("global", "scale", "residual")
+SIMPLEST_FIRST = ("global", "scale", "residual", "stacked")
 # The source's overhead scaled fits nothing on the few models; a re-fitted one fits one to three
 # coefficients on them.
 OVERHEAD_SIMPLEST_FIRST = ("scaled", "refit")
@@ -62,6 +67,10 @@ BYTE_FEATURES = ("bytes_read", "bytes_written", "param_bytes", "fused_bytes_read
 SHRINK_ROWS = 5
 # Fewest rows of a type for a residual GBDT; below it the factor alone is used.
 RESIDUAL_MIN_ROWS = 40
+# Fewest rows of a type for the stacked linear refit (its alpha is searched by grouped folds).
+STACKED_MIN_ROWS = 20
+# The stacked model's extra column: the scaled source prediction, in ms.
+SOURCE_COLUMN = "source_ms"
 
 
 class AdaptedRegressor(LatencyRegressor):
@@ -100,6 +109,38 @@ class AdaptedRegressor(LatencyRegressor):
         doc = json.loads(data.decode("utf-8"))
         residual = _unpack(doc["residual"]) if doc.get("residual") else None
         return cls(_unpack(doc["base"]), float(doc["scale"]), residual, doc.get("feature_scale"))
+
+
+class StackedRegressor(LatencyRegressor):
+    """A linear-family regressor over a type's features plus `base`'s prediction (the source
+    regressor times its factor) as one more column."""
+
+    artifact_suffix: ClassVar[str] = ".stacked.json"
+    family: ClassVar[str] = "stacked"
+
+    def __init__(self, base: AdaptedRegressor | None = None,
+                 head: LatencyRegressor | None = None):
+        self.base, self.head = base, head
+        if base is not None:
+            self.n_features_in_ = base.n_features_in_
+
+    def fit(self, X: Any, y: Any) -> "StackedRegressor":  # pragma: no cover - built by adapt
+        raise NotImplementedError("StackedRegressor is built by latpred.predictors.adapt.")
+
+    def predict(self, X: Any) -> np.ndarray:
+        X = self._check_predict(X)
+        return self.head.predict(np.column_stack([X, self.base.predict(X)]))
+
+    def export(self) -> tuple[bytes, dict[str, Any]]:
+        data, _ = self.base.export()
+        doc = {"base": json.loads(data.decode("utf-8")), "head": _pack(self.head)}
+        return json.dumps(doc).encode(), {}
+
+    @classmethod
+    def restore(cls, data: bytes, params: dict[str, Any]) -> "StackedRegressor":
+        doc = json.loads(data.decode("utf-8"))
+        base = AdaptedRegressor.restore(json.dumps(doc["base"]).encode(), {})
+        return cls(base, _unpack(doc["head"]))
 
 
 def _pack(reg: Any) -> dict[str, Any]:
@@ -234,6 +275,8 @@ def adapt_types(source, kernels: pd.DataFrame, target: str, method: str, seed: i
             residual = _fit_residual(rows, src.features, t / (p * scale), seed)
         reg = AdaptedRegressor(src.regressor, scale, residual,
                                _feature_scale(src.features, ratio))
+        if method == "stacked" and len(idx) >= STACKED_MIN_ROWS:
+            reg = _fit_stacked(ktype, rows, src.features, reg, seed)
         pred = reg.predict(rows[[FEATURE_PREFIX + f for f in src.features]].to_numpy(np.float64))
         fits[ktype] = TypeFit(ktype, src.features, reg, {
             "n_rows": int(len(idx)), "scale": float(scale), "type_factor": own,
@@ -295,6 +338,18 @@ def _fit_residual(rows: pd.DataFrame, features: Sequence[str], ratio: np.ndarray
                       min_child_samples=max(10, len(rows) // 10), reg_lambda=1.0,
                       random_state=seed)
     return reg.fit(X, ratio)
+
+
+def _fit_stacked(ktype: str, rows: pd.DataFrame, features: Sequence[str],
+                 base: AdaptedRegressor, seed: int) -> StackedRegressor:
+    """The linear family's searched fit on the type's features plus `base`'s prediction."""
+    from latpred.predictors.search import load_search
+
+    X = rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64)
+    extra = rows.assign(**{FEATURE_PREFIX + SOURCE_COLUMN: base.predict(X)})
+    head = fit_type(ktype, extra, load_search("lasso", "latpred"), seed,
+                    features=(*features, SOURCE_COLUMN))
+    return StackedRegressor(base, head.regressor)
 
 
 def _fresh_fit(ktype: str, rows: pd.DataFrame, seed: int) -> TypeFit:

@@ -134,10 +134,11 @@ def _read_manifest(root: Path) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Any]:
-    """The trainable families and the adapted wrapper (`latpred adapt`), by artifact family."""
-    from latpred.predictors.adapt import AdaptedRegressor
+    """The trainable families and the adapted wrappers (`latpred adapt`), by artifact family."""
+    from latpred.predictors.adapt import AdaptedRegressor, StackedRegressor
 
-    return {**FAMILIES, AdaptedRegressor.family: AdaptedRegressor}
+    return {**FAMILIES, AdaptedRegressor.family: AdaptedRegressor,
+            StackedRegressor.family: StackedRegressor}
 
 
 def _check_name(ktype: str, entry: dict[str, Any]) -> str:

@@ -78,8 +78,10 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
 
 def summarize(per_draw: pd.DataFrame) -> pd.DataFrame:
     """Mean figures per (method, n_train) over the draws, with the MAPE's standard deviation."""
-    cols = [c for c in ("mape", "acc10", "mpe", "kendall_tau", "chose_global", "chose_scale",
-                        "chose_residual", "chose_scaled_overhead") if c in per_draw]
+    from latpred.predictors.adapt import SIMPLEST_FIRST
+
+    chose = [f"chose_{m}" for m in SIMPLEST_FIRST] + ["chose_scaled_overhead"]
+    cols = [c for c in ("mape", "acc10", "mpe", "kendall_tau", *chose) if c in per_draw]
     g = per_draw.groupby(["method", "n_train"], sort=False)
     out = g[cols].mean().reset_index()
     out["mape_std"] = g["mape"].std(ddof=0).to_numpy()

@@ -419,10 +419,11 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
 @click.option("--target", "target_name", default=None,
               help="The new device's target (default: DATA's only target).")
 @click.option("--method", default="auto", show_default=True,
-              type=click.Choice(["auto", "global", "scale", "residual"]),
+              type=click.Choice(["auto", "global", "scale", "residual", "stacked"]),
               help="One factor for all kernels, per-kernel-type factors, factors plus residual "
-                   "trees, or the simplest of the three within 5% of the best in a "
-                   "cross-validation over DATA.")
+                   "trees, the linear family refitted with the source's prediction as a term, "
+                   "or the simplest of these within 5% of the best in a cross-validation over "
+                   "DATA.")
 @click.option("--overhead", default="auto", show_default=True,
               type=click.Choice(["auto", "scaled", "refit"]),
               help="The source's overhead times the common factor, one re-fitted on DATA, or "

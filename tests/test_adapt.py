@@ -179,6 +179,12 @@ def test_adapt_command_and_its_errors(pair, tmp_path):
                                str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     assert "Adapted from host/cpu/fp32/t1 with scale on 50 models" in res.output
+    res = runner.invoke(main, ["adapt", "--from", str(tmp_path / "src"), "--data",
+                               str(new_ds.root), "--method", "stacked", "--out",
+                               str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert "with stacked on 50 models" in res.output
+    assert LatencyModel.load(tmp_path / "s").training["method"] == "stacked"
     assert "overhead" in res.output
     assert LatencyModel.load(tmp_path / "a").target == NEW
     res = runner.invoke(main, ["adapt", "--from", str(tmp_path / "src"), "--data",

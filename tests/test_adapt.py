@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -114,14 +115,33 @@ def test_stacked_refits_on_the_source_prediction_and_round_trips(pair, tmp_path)
         cv = f.metrics.get("stacked_cv_mape")
         if cv is not None and not f.metrics["stacked"]:
             assert f.metrics["train_mape"] <= cv
+        trees_cv = f.metrics.get("stacked_trees_cv_mape")  # trees only where their CV won
+        if f.metrics.get("stacked_trees"):
+            assert trees_cv is not None and f.metrics["n_rows"] >= 40
     assert all(model.types[t].metrics["n_rows"] >= 20 for t in stacked)
     assert _e2e_mape(model, new_ds, m_rest["model_id"]) < 0.06
     model.save(tmp_path / "p")
     back = LatencyModel.load(tmp_path / "p", target=NEW)
+    # a stacked type with residual trees round-trips too
+    with_trees = [t for t in stacked if model.types[t].regressor.residual is not None]
+    stacked = with_trees + [t for t in stacked if t not in with_trees]
     kt = k[k["kernel_type"] == stacked[0]]
     X = kt[["f_" + f for f in model.types[stacked[0]].features]].to_numpy(float)
     assert back.types[stacked[0]].regressor.predict(X) == pytest.approx(
         model.types[stacked[0]].regressor.predict(X), rel=1e-12)
+    # residual trees on a stacked fit: applied as a ratio and kept through export / restore
+    from latpred.predictors.adapt import _ratio_trees
+
+    reg = model.types[stacked[0]].regressor
+    names = list(model.types[stacked[0]].features)
+    ratio = 1.0 + 0.3 * (X[:, 0] > np.median(X[:, 0]))
+    treed = StackedRegressor(reg.base, reg.head, _ratio_trees(pd.DataFrame(X, columns=names),
+                                                              ratio, 0))
+    plain = StackedRegressor(reg.base, reg.head).predict(X)
+    assert np.median(treed.predict(X)[ratio > 1] / plain[ratio > 1]) == pytest.approx(1.3, rel=0.05)
+    data, params = treed.export()
+    assert StackedRegressor.restore(data, params).predict(X) == pytest.approx(treed.predict(X),
+                                                                              rel=1e-12)
 
 
 def test_a_kernel_type_the_source_never_saw_is_learned_from_the_new_device(pair):

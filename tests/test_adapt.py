@@ -130,13 +130,13 @@ def test_stacked_refits_on_the_source_prediction_and_round_trips(pair, tmp_path)
     assert back.types[stacked[0]].regressor.predict(X) == pytest.approx(
         model.types[stacked[0]].regressor.predict(X), rel=1e-12)
     # residual trees on a stacked fit: applied as a ratio and kept through export / restore
-    from latpred.predictors.adapt import _ratio_trees
+    from latpred.predictors.adapt import STACKED_TREES, _ratio_trees
 
     reg = model.types[stacked[0]].regressor
     names = list(model.types[stacked[0]].features)
     ratio = 1.0 + 0.3 * (X[:, 0] > np.median(X[:, 0]))
     treed = StackedRegressor(reg.base, reg.head, _ratio_trees(pd.DataFrame(X, columns=names),
-                                                              ratio, 0))
+                                                              ratio, 0, **STACKED_TREES))
     plain = StackedRegressor(reg.base, reg.head).predict(X)
     assert np.median(treed.predict(X)[ratio > 1] / plain[ratio > 1]) == pytest.approx(1.3, rel=0.05)
     data, params = treed.export()

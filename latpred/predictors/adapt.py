@@ -69,6 +69,8 @@ BYTE_FEATURES = ("bytes_read", "bytes_written", "param_bytes", "fused_bytes_read
 SHRINK_ROWS = 5
 # Fewest rows of a type for a residual GBDT; below it the factor alone is used.
 RESIDUAL_MIN_ROWS = 40
+# `residual`'s trees: small and heavily regularised (at least 10 rows a leaf, or a tenth).
+RESIDUAL_TREES = dict(n_estimators=60, learning_rate=0.05, num_leaves=4, reg_lambda=1.0)
 # Fewest rows of a type for the stacked linear refit (its alpha is searched by grouped folds).
 STACKED_MIN_ROWS = 20
 # The stacked model's extra column: the scaled source prediction, in ms.
@@ -282,16 +284,20 @@ def adapt_types(source, kernels: pd.DataFrame, target: str, method: str, seed: i
         scale = w * own + (1 - w) * overall
         src = source.types[ktype]
         residual = None
+        X = pd.DataFrame(rows[[FEATURE_PREFIX + f for f in src.features]].to_numpy(np.float64),
+                         columns=list(src.features))
         if method == "residual" and len(idx) >= RESIDUAL_MIN_ROWS:
-            residual = _fit_residual(rows, src.features, t / (p * scale), seed)
+            residual = _ratio_trees(X, t / (p * scale), seed, **RESIDUAL_TREES,
+                                    min_child_samples=max(10, len(idx) // 10))
         reg = AdaptedRegressor(src.regressor, scale, residual,
                                _feature_scale(src.features, ratio))
         stacked_cv, trees_cv = None, None
         if method == "stacked" and len(idx) >= STACKED_MIN_ROWS:
-            reg, stacked_cv = _stacked_if_better(ktype, rows, src.features, reg, t, seed)
+            # `reg` is the factor alone here (no residual): its prediction is p * scale
+            reg, stacked_cv = _stacked_if_better(ktype, rows, X, reg, p * scale, t, seed)
             if isinstance(reg, StackedRegressor) and len(idx) >= RESIDUAL_MIN_ROWS:
-                reg, trees_cv = _trees_if_better(rows, src.features, reg, t, seed)
-        pred = reg.predict(rows[[FEATURE_PREFIX + f for f in src.features]].to_numpy(np.float64))
+                reg, trees_cv = _trees_if_better(rows["model_id"].to_numpy(), X, reg, t, seed)
+        pred = reg.predict(X.to_numpy())
         fits[ktype] = TypeFit(ktype, src.features, reg, {
             "n_rows": int(len(idx)), "scale": float(scale), "type_factor": own,
             "common_factor": overall, "residual": residual is not None,
@@ -344,68 +350,52 @@ def _factor(p: np.ndarray, y: np.ndarray) -> float:
     return float(np.sum(p) / np.sum(p * p / y))
 
 
-def _fit_residual(rows: pd.DataFrame, features: Sequence[str], ratio: np.ndarray, seed: int):
-    """A small GBDT on ratio = measured / scaled prediction; fitted on Eq. 1 (weights 1/r^2),
-    so the product's percentage error is what it minimises (as `LinearBaseMixin` argues)."""
+def _ratio_trees(X: pd.DataFrame, ratio: np.ndarray, seed: int, **settings):
+    """A GBDT on ratio = measured / prediction, fitted on Eq. 1 (weights 1/r^2), so the
+    product's percentage error is what it minimises (as `LinearBaseMixin` argues)."""
     from latpred.predictors.gbdt import PercentGBDT
 
-    X = pd.DataFrame(rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64),
-                     columns=list(features))
-    reg = PercentGBDT(n_estimators=60, learning_rate=0.05, num_leaves=4,
-                      min_child_samples=max(10, len(rows) // 10), reg_lambda=1.0,
-                      random_state=seed)
-    return reg.fit(X, ratio)
+    return PercentGBDT(**settings, random_state=seed).fit(X, ratio)
 
 
-def _stacked_if_better(ktype: str, rows: pd.DataFrame, features: Sequence[str],
-                       base: AdaptedRegressor, y: np.ndarray, seed: int
+def _stacked_if_better(ktype: str, rows: pd.DataFrame, X: pd.DataFrame, base: AdaptedRegressor,
+                       p: np.ndarray, y: np.ndarray, seed: int
                        ) -> tuple[LatencyRegressor, float | None]:
-    """The linear family's searched fit on the type's features plus `base`'s prediction, kept
-    where its grouped cross-validated kernel MAPE beats `base`'s own kernel MAPE on the rows
-    (a factor fitted on hundreds of rows barely overfits); else `base`. A few dozen grouped
+    """The linear family's searched fit on the type's features plus `base`'s prediction `p`,
+    kept where its grouped cross-validated kernel MAPE beats `base`'s own kernel MAPE on the
+    rows (a factor fitted on hundreds of rows barely overfits); else `base`. A few dozen grouped
     convolutions from 10 models are too few for the terms (int8: 44% against the factor's
     28%), while 1,100 int8 convolutions take them from 33% to 15%."""
     from latpred.predictors.search import load_search
 
-    X = rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64)
-    p = base.predict(X)
     extra = rows.assign(**{FEATURE_PREFIX + SOURCE_COLUMN: p})
     head = fit_type(ktype, extra, load_search("lasso", "latpred"), seed,
-                    features=(*features, SOURCE_COLUMN))
+                    features=(*X.columns, SOURCE_COLUMN))
     cv = head.metrics.get("cv_mape")   # None: too few rows for the search's folds
     if cv is not None and cv < float(np.mean(np.abs(p - y) / y)):
         return StackedRegressor(base, head.regressor), float(cv)
     return base, cv
 
 
-def _trees_if_better(rows: pd.DataFrame, features: Sequence[str], reg: StackedRegressor,
+def _trees_if_better(groups: np.ndarray, X: pd.DataFrame, reg: StackedRegressor,
                      y: np.ndarray, seed: int) -> tuple[StackedRegressor, float | None]:
-    """`reg` with residual trees on measured / stacked prediction (STACKED_TREES settings, on
-    Eq. 1 like `_fit_residual`), kept where their 3-fold CV grouped by model beats the stacked
-    fit's own kernel MAPE on the rows. The linear terms miss interactions a tree finds (int8
-    convolutions from 30 models: conv2d 15.1% -> 8.5% per kernel on held-out models)."""
+    """`reg` with residual trees on measured / stacked prediction (STACKED_TREES), kept where
+    their 3-fold CV grouped by model (`groups`) beats the stacked fit's own kernel MAPE on the
+    rows. The linear terms miss interactions a tree finds (int8 convolutions from 30 models:
+    conv2d 15.1% -> 8.5% per kernel on held-out models)."""
     from sklearn.model_selection import GroupKFold
 
-    X = pd.DataFrame(rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64),
-                     columns=list(features))
-    p = reg.predict(X.to_numpy())
-    groups = rows["model_id"].to_numpy()
     if len(set(groups)) < 3:
         return reg, None
+    p = reg.predict(X.to_numpy())
     errors = []
     for a, b in GroupKFold(3).split(X, groups=groups):
-        trees = _ratio_trees(X.iloc[a], y[a] / p[a], seed)
+        trees = _ratio_trees(X.iloc[a], y[a] / p[a], seed, **STACKED_TREES)
         errors.append(np.mean(np.abs(p[b] * trees.predict(X.iloc[b]) - y[b]) / y[b]))
     cv = float(np.mean(errors))
     if cv >= float(np.mean(np.abs(p - y) / y)):
         return reg, cv
-    return StackedRegressor(reg.base, reg.head, _ratio_trees(X, y / p, seed)), cv
-
-
-def _ratio_trees(X: pd.DataFrame, ratio: np.ndarray, seed: int):
-    from latpred.predictors.gbdt import PercentGBDT
-
-    return PercentGBDT(**STACKED_TREES, random_state=seed).fit(X, ratio)
+    return StackedRegressor(reg.base, reg.head, _ratio_trees(X, y / p, seed, **STACKED_TREES)), cv
 
 
 def _fresh_fit(ktype: str, rows: pd.DataFrame, seed: int) -> TypeFit:

@@ -6,16 +6,26 @@ import os
 import platform
 
 
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+def _first_cpu() -> dict[str, str]:
+    """The first processor's block of /proc/cpuinfo, keys lower-cased ({} where unreadable)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    if fields:
+                        break
+                    continue
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip().lower(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return fields
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+    return _first_cpu().get("model name") or platform.processor() or platform.machine()
 
 
 def cpu_id() -> str:
@@ -23,17 +33,8 @@ def cpu_id() -> str:
     different generations (two such VMs ran the same models 30% apart, docs/measurement.md).
     Family, model and stepping from /proc/cpuinfo and the per-core L2 and shared L3 sizes from
     sysfs; "" where Linux does not say."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                key = key.strip().lower()
-                if key in ("vendor_id", "cpu family", "model", "stepping") and key not in fields:
-                    fields[key] = value.strip()
-                if not line.strip() and fields:
-                    break
-    except OSError:
+    fields = _first_cpu()
+    if not fields:
         return ""
     parts = [f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model "
              f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gzip
 import json
 import re
 import sys
@@ -34,9 +35,14 @@ from latpred.target import load_device
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT / "datasets" / "h100-cudnn-conv"
-# Random layer geometries (scripts/h100_conv_sweep.py --random-geometries): the held-out
-# geometry evaluations train on both.
+# Random layer geometries (scripts/h100_conv_sweep.py --random-geometries), one dataset per
+# --geometry-seed (seed 0 has no suffix): the held-out geometry evaluations train on all.
 GEOMETRIES = ROOT / "datasets" / "h100-cudnn-conv-geometries"
+
+
+def geometry_sweeps() -> list[Path]:
+    """Every random-geometry sweep shipped: GEOMETRIES and GEOMETRIES-g<seed>."""
+    return sorted(ROOT.glob("datasets/h100-cudnn-conv-geometries*"))
 GEOMETRY = ["H", "W", "R", "S", "stride", "pad_h", "pad_w"]
 BASE = ["N", "C", "H", "W", "K", "R", "S", "P", "Q", "stride", "is_fp16", "flops", "m_in",
         "m_out"]
@@ -53,8 +59,8 @@ def build(run1: Path, run2: Path, meta: Path, dataset: Path | None = None,
     defaults to DATASET; a sweep of random geometries (meta `random_geometries`) is described
     as such; `device_seconds` (the device time the calls used) goes into the manifest."""
     dataset = DATASET if dataset is None else dataset
-    first = [json.loads(line) for line in run1.read_text().splitlines()]
-    again = {_key(r): r for r in map(json.loads, run2.read_text().splitlines())}
+    first = _jsonl(run1)
+    again = {_key(r): r for r in _jsonl(run2)}
     rows = []
     for r in first:
         main = _main_kernel(r["kernels"])
@@ -122,6 +128,13 @@ def build(run1: Path, run2: Path, meta: Path, dataset: Path | None = None,
     print(f"{len(df)} rows -> {dataset}")
 
 
+def _jsonl(path: Path) -> list[dict]:
+    """The rows of a sweep.jsonl, gzipped or not (the device sends them back gzipped)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def _key(r: dict) -> tuple:
     return r["case"], r["dtype"], r["N"], r["C"], r["K"]
 
@@ -137,17 +150,18 @@ def load(path: Path | None = None) -> pd.DataFrame:
 
 
 def load_both() -> pd.DataFrame:
-    """The CASES sweep and the random-geometry sweep in one frame, `source` "cases" / "random",
-    `case` = one id per geometry (H, W, R, S, stride, padding) across both: a random geometry
-    equal to one of the CASES takes that case's id, so grouping by `case` never lets a geometry
-    sit on both sides of a split."""
-    old, new = load(), load(GEOMETRIES)
-    ids = {tuple(g): c for g, c in zip(old[GEOMETRY].itertuples(index=False), old["case"])}
-    new["case"] = [ids.get(tuple(g), c) for g, c in
-                   zip(new[GEOMETRY].itertuples(index=False), new["case"])]
-    df = pd.concat([old.assign(source="cases"), new.assign(source="random")],
-                   ignore_index=True)
-    return df
+    """The CASES sweep and every random-geometry sweep in one frame, `source` "cases" /
+    "random", `sweep` the dataset's name, `case` = one id per geometry (H, W, R, S, stride,
+    padding) across all of them: a geometry met again (in a CASES row or an earlier sweep)
+    takes the id it got first, so grouping by `case` never lets a geometry sit on both sides
+    of a split."""
+    frames = [load().assign(source="cases", sweep=DATASET.name)]
+    frames += [load(p).assign(source="random", sweep=p.name) for p in geometry_sweeps()]
+    ids: dict[tuple, int] = {}
+    for f in frames:
+        f["case"] = [ids.setdefault(tuple(g), len(ids))
+                     for g in f[GEOMETRY].itertuples(index=False)]
+    return pd.concat(frames, ignore_index=True)
 
 
 def split_rows(df: pd.DataFrame, split: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -314,10 +328,18 @@ def paper_rows(train: pd.DataFrame, test: pd.DataFrame, impl: np.ndarray) -> dic
 SPLITS = ("random", "case", "geometries", "cases+random", "cases+random-lenient")
 
 
-def evaluate(split: str, seed: int, tuned: bool = True) -> dict[str, dict[str, float]]:
-    """Every method on one split (`split_rows`); `tuned=False` leaves out (3') and (4')."""
+def evaluate(split: str, seed: int, tuned: bool = True,
+             train_sweeps: int | None = None) -> dict[str, dict[str, float]]:
+    """Every method on one split (`split_rows`); `tuned=False` leaves out (3') and (4').
+    `train_sweeps` = k trains on the random geometries of the first k sweeps only
+    (`geometry_sweeps()` order), the test rows staying those of the split over all of them:
+    what more geometries buy, on the same held-out geometries."""
     df = load() if split in ("random", "case") else load_both()
     tr, te = split_rows(df, split, seed)
+    if train_sweeps is not None:
+        kept = {p.name for p in geometry_sweeps()[:train_sweeps]}
+        rows = df.iloc[tr]
+        tr = tr[((rows["source"] == "cases") | rows["sweep"].isin(kept)).to_numpy()]
     train, test = df.iloc[tr], df.iloc[te]
     folds = _folds(train, "random" if split == "random" else "case", seed)
     staged, sel_acc, impl = two_stage(train, test, folds)
@@ -470,6 +492,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="one table per seed, then mean / spread of ±10%% over them")
     e.add_argument("--no-tuned", action="store_true", help="leave out (3') and (4')")
     e.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    e.add_argument("--train-sweeps", type=int, default=None, metavar="K",
+                   help="train on the first K random-geometry sweeps only (same test rows)")
     pl = sub.add_parser("plot")
     pl.add_argument("path", type=Path)
     pl.add_argument("--case", type=int, default=6)
@@ -500,7 +524,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     runs = {}
     for seed in args.seed:
-        res = runs[seed] = evaluate(args.split, seed, tuned=not args.no_tuned)
+        res = runs[seed] = evaluate(args.split, seed, tuned=not args.no_tuned,
+                                        train_sweeps=args.train_sweeps)
         print(f"| method ({args.split} split, seed {seed}) | within ±10% | ±10%, reproducible "
               "rows | RMSE (ms) | MAPE | MdAPE | selection acc |\n|---|---|---|---|---|---|---|")
         for name, m in res.items():

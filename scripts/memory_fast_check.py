@@ -12,7 +12,9 @@ plan (offsets, chunks, marks, per-node extent), and the XNNPACK layout (plan nod
 kinds, partitions' internal tensors, workspace plan). `check` recomputes them with the
 current code and compares them exactly, and also checks that `predict_many_with_memory`
 returns `predict_many`'s predictions (same process, a small GBDT on simulated data) and the
-saved totals. It is a dev script, not a test: it takes about a minute.
+saved totals, on freshly built graphs (it reads tensor sizes from the latency batch unless a
+graph already has them): the synthetic ones without fallback, all of them with it. It is a
+dev script, not a test: it takes about a minute.
 """
 
 from __future__ import annotations
@@ -76,8 +78,9 @@ def figures(gs: list) -> dict:
     return out
 
 
-def check_latency_path(gs: list, totals: list) -> list[str]:
-    """`predict_many_with_memory` == (`predict_many`, the saved totals), same model."""
+def check_latency_path(totals: list) -> list[str]:
+    """`predict_many_with_memory` == (`predict_many`, the saved totals), same model, on
+    graphs built afresh."""
     import numpy as np
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -88,9 +91,9 @@ def check_latency_path(gs: list, totals: list) -> list[str]:
 
     data = simulate(Path(tempfile.mkdtemp()) / "sim", TARGET, n_models=60).root
     model = LatencyModel.fit(data, TARGET, family="gbdt", search="latpred")
-    sampled = gs[:1200]        # the fallback-free synthetic graphs
+    sampled = graphs()[:1200]        # the fallback-free synthetic graphs
     expected = model.predict_many(sampled)
-    preds, peaks = predict_many_with_memory(model, sampled)
+    preds, peaks = predict_many_with_memory(model, graphs()[:1200])
     bad = []
     if [(p.total_ms, p.overhead_ms, p.kernels, p.fallback_types, p.name) for p in preds] != \
             [(p.total_ms, p.overhead_ms, p.kernels, p.fallback_types, p.name)
@@ -100,6 +103,8 @@ def check_latency_path(gs: list, totals: list) -> list[str]:
         bad.append("predict_many_with_memory predictions != predict_many")
     if peaks.dtype != np.int64 or peaks.tolist() != totals[:1200]:
         bad.append("predict_many_with_memory peaks != saved totals")
+    if predict_many_with_memory(model, graphs(), allow_fallback=True)[1].tolist() != totals:
+        bad.append("predict_many_with_memory peaks (with fallback) != saved totals")
     return bad
 
 
@@ -120,7 +125,7 @@ def main() -> None:
     for k in bad:
         diffs = [i for i, (a, b) in enumerate(zip(ref[k], got[k])) if a != b]
         print(f"DIFFERENT {k}: {len(diffs)} graphs, first {diffs[:5]}")
-    bad += check_latency_path(gs, ref["totals/xnnpack"])
+    bad += check_latency_path(ref["totals/xnnpack"])
     print("IDENTICAL" if not bad else f"FAILED: {bad}",
           f"({len(gs)} graphs, {time.time() - start:.0f} s)")
     sys.exit(1 if bad else 0)

@@ -185,6 +185,37 @@ def test_memory_totals_are_the_predictions(kernels):
     assert memory_totals(graphs, TARGET, kernels).tolist() == expected   # cached signatures
 
 
+def test_predict_many_with_memory_reuses_the_latency_batch(tmp_path):
+    # tensor sizes and per-configuration op facts read from predict_many's FeatureBatch give
+    # memory_totals' totals and predict_many's predictions: sampled candidates (repeated
+    # configurations), converter files (run-time shapes: allocation types that Prepare
+    # changes) and converter_cnn candidates (zero PADs folded into a two-op kernel)
+    import sys
+
+    from latpred.memory import memory_totals, predict_many_with_memory
+    from latpred.predictors import LatencyModel
+    from latpred.sampler import build_graph, sample
+    from latpred.tflite import read_tflite
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from simdata import simulate
+
+    model = LatencyModel.fit(simulate(tmp_path / "sim", TARGET, n_models=12).root, TARGET,
+                             family="gbdt", search="none")
+    space = ROOT / "search_space"
+
+    def graphs():     # fresh each time: a graph keeps the tensor table it was given
+        out = [build_graph(a) for a in sample(space / "synthetic_cnn.yaml", 30, 5)]
+        out += [build_graph(a) for a in sample(space / "converter_cnn.yaml", 10, 7)]
+        return out + [read_tflite(p) for p in FIXTURES]
+
+    assert any(len(k.ops) > 1 for g in graphs() for k in latpred.deduce(g, TARGET))
+    preds, peaks = predict_many_with_memory(model, graphs(), allow_fallback=True)
+    assert peaks.tolist() == memory_totals(graphs(), TARGET).tolist()
+    expected = model.predict_many(graphs(), allow_fallback=True)
+    assert [p.total_ms for p in preds] == [p.total_ms for p in expected]
+
+
 litert = pytest.importorskip("ai_edge_litert")
 
 

@@ -3,7 +3,8 @@
     preds, peaks = predict_many_with_memory(model, graphs)   # Prediction list, bytes array
 
 `memory_totals` computes only the totals (the same arena plan, without the per-op table), so a
-NAS loop can use memory as a constraint next to latency.
+NAS loop can use memory as a constraint next to latency. `predict_many_with_memory` also reuses
+what the latency prediction computed: tensor sizes and per-configuration op facts (`configs`).
 """
 
 from __future__ import annotations
@@ -15,24 +16,26 @@ import numpy as np
 from latpred.graph import Graph
 from latpred.memory import xnnpack
 from latpred.memory import xnnpack_operators as xnn_ops
+from latpred.memory.configs import OpConfigs, batch_configs
 from latpred.memory.host_cpu import estimate_model_bytes, overhead, transient
 from latpred.memory.litert_builtin import builtin_input
 from latpred.memory.litert_plan import plan
 
 
-def memory_total(graph: Graph, kernels: str = "xnnpack") -> int:
-    """`predict_memory(graph, host target, kernels).total` without building the per-op rows."""
+def memory_total(graph: Graph, kernels: str = "xnnpack", configs: OpConfigs | None = None) -> int:
+    """`predict_memory(graph, host target, kernels).total` without building the per-op rows
+    (`configs`: facts known per op configuration, `configs.batch_configs`)."""
     if kernels == "builtin":
         p = builtin_input(graph)
         ap = plan(p, stats=False)
         extra = overhead(len(graph.tensors)) + transient(ap.marks, 0)
     else:
-        layout = xnnpack.delegated_input(graph)
+        layout = xnnpack.delegated_input(graph, configs)
         p = layout.plan_input
         ap = plan(p, stats=False)
         workspace, _, regrowth = xnnpack.workspace_plan(graph, layout, False)
         extra = workspace + overhead(len(graph.tensors)) + transient(ap.marks, regrowth)
-        extra += xnn_ops.buffers_total(graph, layout.delegated_ops)
+        extra += xnn_ops.buffers_total(graph, layout.delegated_ops, configs)
     return estimate_model_bytes(graph) + ap.arena_bytes + ap.persistent_bytes + extra
 
 
@@ -54,5 +57,13 @@ def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
 def predict_many_with_memory(model: Any, graphs: Sequence[Graph], *, kernels: str = "xnnpack",
                              allow_fallback: bool = False) -> tuple[list[Any], np.ndarray]:
     """`model.predict_many(graphs)` and the graphs' peak memory on the model's target."""
-    preds = model.predict_many(graphs, allow_fallback=allow_fallback)
-    return preds, memory_totals(graphs, model.target, kernels)
+    from latpred.memory import _check_target
+
+    batched = getattr(model, "predict_many_batch", None)
+    if batched is None or _check_target(model.target).processor != "cpu":
+        preds = model.predict_many(graphs, allow_fallback=allow_fallback)
+        return preds, memory_totals(graphs, model.target, kernels)
+    preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback)
+    configs = batch_configs(graphs, deduced, batch)
+    return preds, np.array([memory_total(g, kernels, c) for g, c in zip(graphs, configs)],
+                           dtype=np.int64)

@@ -50,6 +50,12 @@ def tensor_table(graph: Graph) -> tuple[list[int], list[bool]]:
     return table
 
 
+def set_tensor_table(graph: Graph, nbytes: list[int], constant: list[bool]) -> None:
+    """Give `graph` the table `tensor_table` would compute, found elsewhere (`configs`: from
+    the latency path's interned tensors)."""
+    graph._cache.setdefault("memory.tensor_table", (nbytes, constant))
+
+
 def tensor_bytes(graph: Graph) -> dict[int, int]:
     """Each tensor's byte size by index (`Tensor.nbytes`)."""
     return dict(enumerate(tensor_table(graph)[0]))
@@ -59,10 +65,13 @@ def tensor_bytes(graph: Graph) -> dict[int, int]:
 _KIND_SETTERS = _PREPARE_FOLDS | {"SHAPE", "REDUCE_PROD"}
 
 
-def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
-    """Each tensor's allocation type after Prepare, and the ops that end a prepared chunk."""
+def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int], bool]:
+    """Each tensor's allocation type after Prepare, the ops that end a prepared chunk, and
+    whether Prepare changed a type (else each is the reader's: mmap for a tensor the model
+    stores, arena for the others)."""
     kinds = dict(enumerate([MMAP if c else ARENA for c in tensor_table(graph)[1]]))
     stops: set[int] = set()
+    changed = False
 
     def known(t: int) -> bool:
         return t < 0 or kinds[t] in _KNOWN
@@ -70,28 +79,31 @@ def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int]]:
     for i, op in enumerate(graph.ops):
         if op.type not in _KIND_SETTERS:
             continue
-        out = op.outputs[0] if op.outputs else -1
+        kind = None
         if op.type == "SHAPE":
-            kinds[out] = PERSISTENT_RO
+            kind = PERSISTENT_RO
         elif op.type == "RESHAPE":
             shape_known = len(op.inputs) < 2 or known(op.inputs[1])
             if not shape_known:
                 stops.add(i)
             elif known(op.inputs[0]):
-                kinds[out] = PERSISTENT_RO
+                kind = PERSISTENT_RO
         elif op.type == "STRIDED_SLICE":
             if not _all_known(kinds, op.inputs[1:4]):
-                kinds[out] = DYNAMIC
+                kind = DYNAMIC
                 stops.add(i)
             elif _all_known(kinds, op.inputs):
-                kinds[out] = PERSISTENT_RO
+                kind = PERSISTENT_RO
         elif op.type in _PREPARE_FOLDS:
             # (all known first: the test that fails fast on an activation input)
             if _all_known(kinds, op.inputs) and any(t >= 0 for t in op.inputs):
-                kinds[out] = PERSISTENT_RO
+                kind = PERSISTENT_RO
         elif _reduce_noop(graph, op, known):
-            kinds[out] = PERSISTENT_RO
-    return kinds, stops
+            kind = PERSISTENT_RO
+        if kind is not None:
+            kinds[op.outputs[0] if op.outputs else -1] = kind
+            changed = True
+    return kinds, stops, changed
 
 
 _KNOWN = (MMAP, PERSISTENT_RO)      # data known at Prepare
@@ -169,7 +181,7 @@ def add_temporaries(graph: Graph, i: int, next_id: int, sizes: dict[int, int],
 
 def builtin_input(graph: Graph) -> PlanInput:
     """The planner's input when every op runs on TFLite's built-in kernels (no delegate)."""
-    kinds, stops = tensor_kinds(graph)
+    kinds, stops, _ = tensor_kinds(graph)
     sizes = tensor_bytes(graph)
     names: dict[int, str] = {}
     nodes = []

@@ -28,6 +28,7 @@ from itertools import chain, filterfalse
 from operator import attrgetter
 
 from latpred.graph import Graph, Op
+from latpred.memory.configs import OpConfigs
 from latpred.memory.litert_builtin import add_temporaries, plan_kinds, tensor_bytes, tensor_kinds
 from latpred.memory.litert_plan import INPLACE, MMAP, PlanInput, PlanNode
 
@@ -85,10 +86,10 @@ def partitions(graph: Graph, kinds: dict[int, str]) -> list[tuple[bool, list[int
     return _partitions(graph, kinds)[0]
 
 
-def _partitions(graph: Graph, kinds: dict[int, str]
+def _partitions(graph: Graph, kinds: dict[int, str], configs: OpConfigs | None = None
                 ) -> tuple[list[tuple[bool, list[int]]], list[int] | None]:
     """`partitions`, and each op's subset (None when there is one subset)."""
-    sup = [supported(graph, op, kinds) for op in graph.ops]
+    sup = _supported_ops(graph, kinds, configs)
     if all(sup) or not any(sup):
         # one kind only: the first subset drains the whole graph
         return ([(sup[0], list(range(len(sup))))] if sup else []), None
@@ -104,6 +105,25 @@ def _partitions(graph: Graph, kinds: dict[int, str]
     for i, k in enumerate(subset_of):
         groups[k].append(i)
     return [(sup[ops[0]], ops) for ops in groups], subset_of
+
+
+def _supported_ops(graph: Graph, kinds: dict[int, str], configs: OpConfigs | None
+                   ) -> list[bool]:
+    """`supported` per op. With `configs` (given only while every allocation type is the
+    default one, so that it depends on nothing but the op's configuration), computed once per
+    configuration."""
+    if configs is None:
+        return [supported(graph, op, kinds) for op in graph.ops]
+    known = configs.supported
+    out = []
+    for op, c in zip(graph.ops, configs.of_op):
+        s = known.get(c)
+        if s is None:
+            s = supported(graph, op, kinds)
+            if c >= 0:
+                known[c] = s
+        out.append(s)
+    return out
 
 
 def _subset_numbers(graph: Graph, sup: list[bool]) -> list[int] | None:
@@ -172,7 +192,7 @@ class XnnpackLayout:
     internal: tuple[tuple[int, ...], ...]   # per delegated partition: tensors inside it
 
 
-def delegated_input(graph: Graph) -> XnnpackLayout:
+def delegated_input(graph: Graph, configs: OpConfigs | None = None) -> XnnpackLayout:
     """The TFLite execution plan after the delegate replaced its partitions (one node each).
 
     The 2.3.0 wheel's default XNNPACK delegate allows dynamic tensors (measured: converter
@@ -180,15 +200,16 @@ def delegated_input(graph: Graph) -> XnnpackLayout:
     tflite/core/subgraph.cc `ModifyGraphWithDelegateImpl` (v2.2.0, :2535) does not prepare
     the original ops first: only the ops left to TFLite are prepared, in execution-plan order,
     and only they take tensor ids for their temporaries. Ops with a run-time output shape end
-    a prepared chunk as without a delegate.
+    a prepared chunk as without a delegate. `configs`: facts known per op configuration
+    (`configs.batch_configs`).
     """
-    kinds, stops = tensor_kinds(graph)
+    kinds, stops, changed = tensor_kinds(graph)
     sizes = tensor_bytes(graph)
     names: dict[int, str] = {}
     nodes: list[PlanNode] = []
     internal: list[tuple[int, ...]] = []
     delegated: set[int] = set()
-    subsets, subset_of = _partitions(graph, kinds)
+    subsets, subset_of = _partitions(graph, kinds, None if changed else configs)
     # what a partition's ops write and others read (or the graph returns) leaves it
     leaves = set(graph.outputs)
     if subset_of:

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from latpred.graph import Graph, Op
 from latpred.memory.arena import align_up
+from latpred.memory.configs import OpConfigs
 
 ALIGNMENT = 64              # XNN_ALLOCATION_ALIGNMENT
 POINTER = 8
@@ -58,15 +59,27 @@ def operator_buffers(graph: Graph, op: Op) -> tuple[int, int]:
     return _buffers(_signature(graph.tensors, op))
 
 
-def buffers_total(graph: Graph, ops) -> int:
-    """Packed weights plus indirection buffers of the delegated operators `ops` (indices)."""
+def buffers_total(graph: Graph, ops, configs: OpConfigs | None = None) -> int:
+    """Packed weights plus indirection buffers of the delegated operators `ops` (indices);
+    with `configs` (`configs.batch_configs`), once per op configuration."""
     graph_ops, tensors = graph.ops, graph.tensors
     total = 0
+    if configs is None:
+        for i in ops:
+            op = graph_ops[i]
+            if op.type in _WITH_BUFFERS:
+                total += sum(_buffers(_signature(tensors, op)))
+        return total
+    known, of_op = configs.buffers, configs.of_op
     for i in ops:
-        op = graph_ops[i]
-        if op.type in _WITH_BUFFERS:
-            packed, indirection = _buffers(_signature(tensors, op))
-            total += packed + indirection
+        c = of_op[i]
+        both = known.get(c)
+        if both is None:
+            op = graph_ops[i]
+            both = sum(_buffers(_signature(tensors, op))) if op.type in _WITH_BUFFERS else 0
+            if c >= 0:
+                known[c] = both
+        total += both
     return total
 
 

@@ -34,6 +34,10 @@ class FeatureBatch:
     context: np.ndarray             # per kernel: its graph's context_bytes
     context_col: dict[str, int]     # group -> the column of context_bytes, where it has one
     moved: np.ndarray               # per configuration: bytes read + written
+    # Per graph, each tensor's interned id (then -1 for index -1), and per id what it names:
+    # (shape, dtype, is_constant, value, quantized). latpred.memory reads tensor sizes there.
+    tensor_ids: tuple[list[int], ...] = ()
+    tensor_keys: tuple[tuple, ...] = ()
 
 
 def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target: Any,
@@ -58,9 +62,11 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
     context_col: dict[str, int] = {}
     moved: list[float] = []            # per configuration: bytes read + written
     config: list[int] = []
+    sigs: list[list[int]] = []
     seen_get, kind_of, add_config = seen.get, op_ids.get, config.append
     for g, ks in zip(graphs, kernels):
         sig = _tensor_ids(g, interned, by_object, held)
+        sigs.append(sig)
         at = sig.__getitem__
         ops = g.ops
         for k in ks:   # this loop runs once per kernel: names hoisted, the common case inline
@@ -96,7 +102,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
                         {grp: np.asarray(v, dtype=np.intp) for grp, v in members.items()},
                         config_ids, len(seen),
                         _graph_context(kernels, config_ids, moved_per_config), context_col,
-                        moved_per_config)
+                        moved_per_config, tuple(sigs), tuple(interned))
 
 
 def _graph_context(kernels: Sequence[Sequence[Any]], config: np.ndarray,

@@ -134,19 +134,32 @@ class LatencyModel:
                      ) -> list[Prediction]:
         """Predict many models with one regressor call per kernel type (modules are converted
         with the same `example_inputs`)."""
+        return self.predict_many_batch(graphs, allow_fallback=allow_fallback,
+                                       example_inputs=example_inputs)[0]
+
+    def predict_many_batch(self, graphs: Sequence[Graph | str | os.PathLike | Any], *,
+                           allow_fallback: bool = False, example_inputs: Any = None
+                           ) -> tuple[list[Prediction], list[Graph], list[tuple], Any]:
+        """`predict_many`, and what it built on the way: the graphs, their kernels and their
+        `predictors.batch.FeatureBatch` (memory-aware NAS reads tensor sizes and kernel
+        configurations there, `latpred.memory.fast`)."""
         from latpred.deduce import deduce
 
         target = self._target()
         graphs = [_as_graph(g, example_inputs) for g in graphs]
         kernels = [tuple(deduce(g, target)) for g in graphs]
-        return self.predict_kernels(graphs, kernels, allow_fallback=allow_fallback)
+        batch, missing = self.feature_batch(graphs, kernels, allow_fallback=allow_fallback)
+        return self._predict_batch(graphs, kernels, batch, missing), graphs, kernels, batch
 
     def predict_kernels(self, graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], *,
                         allow_fallback: bool = False) -> list[Prediction]:
         """Predict graphs whose kernels are already deduced (kernels[i] belongs to graphs[i])."""
+        batch, missing = self.feature_batch(graphs, kernels, allow_fallback=allow_fallback)
+        return self._predict_batch(graphs, kernels, batch, missing)
+
+    def _predict_batch(self, graphs, kernels, batch, missing: set[str]) -> list[Prediction]:
         from latpred.predictors.batch import predict_batch
 
-        batch, missing = self.feature_batch(graphs, kernels, allow_fallback=allow_fallback)
         flat = predict_batch(batch, self.regressors())
         offsets = np.cumsum([0] + [len(ks) for ks in kernels])
         return self._assemble(graphs, kernels, flat, offsets, missing)

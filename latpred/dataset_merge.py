@@ -91,6 +91,10 @@ def combine_campaigns(sources: Sequence[str | os.PathLike], out: str | os.PathLi
     noise = {}
     for target in sorted(labels["target"].unique()):
         entry = dict(opened[0].manifest["targets"].get(target, {}))
+        # The first campaign's drift series does not describe a median of several campaigns:
+        # each campaign's own range (and correction) is kept in `combined_from` instead.
+        entry.pop("drift", None)
+        entry.pop("drift_corrected", None)
         noise[target] = _split_half_noise(labels[labels["target"] == target],
                                           klabels[klabels["target"] == target], n)
         entry.update(noise=noise[target],
@@ -119,7 +123,9 @@ def _campaigns_of(ds: Dataset, target: str) -> list[dict]:
     """The manifest's record of the campaigns `ds` holds: itself, or those it combined."""
     entry = ds.manifest["targets"].get(target, {})
     return entry.get("combined_from") or [
-        {"name": ds.manifest["name"], "path": str(ds.root), "noise": entry.get("noise")}]
+        {"name": ds.manifest["name"], "path": str(ds.root), "noise": entry.get("noise"),
+         "drift_range_pct": entry.get("drift", {}).get("range_pct"),
+         "drift_corrected": entry.get("drift_corrected")}]
 
 
 def _campaign_labels(table: pd.DataFrame, key: list[str]) -> pd.DataFrame:

@@ -143,3 +143,23 @@ def test_combine_refuses_campaigns_of_different_cpus(tmp_path):
                                        str(runs[1].root), "--out", str(tmp_path / "m")])
     assert result.exit_code == 2 and "different devices" in result.output
     assert not (tmp_path / "m" / "manifest.json").exists()
+
+
+def test_combine_keeps_each_campaigns_drift_and_refuses_a_later_correction(tmp_path):
+    from latpred.errors import DatasetError
+    from latpred.profile.drift import drift_correct
+
+    runs = _campaigns(tmp_path, [1.00, 1.04])
+    for i, ds in enumerate(runs):
+        series = [{"t": 0.0, "ms": 3.7, "models_done": 0, "phase": "start"},
+                  {"t": 1e10, "ms": 3.7 + 0.1 * i, "models_done": 6, "phase": "end"}]
+        ds.update_manifest(TARGET, drift={"series": series, "range_pct": 2.7 * i})
+    result = CliRunner().invoke(main, ["dataset", "combine", *[str(r.root) for r in runs],
+                                       "--out", str(tmp_path / "m")])
+    assert result.exit_code == 0, result.output
+    entry = Dataset.open(tmp_path / "m").manifest["targets"][TARGET]
+    # The first campaign's series would describe the median wrongly: only per-campaign ranges.
+    assert "drift" not in entry
+    assert [s["drift_range_pct"] for s in entry["combined_from"]] == [0.0, 2.7]
+    with pytest.raises(DatasetError, match="before combining"):
+        drift_correct(tmp_path / "m", tmp_path / "dc", (TARGET,), 3.7)

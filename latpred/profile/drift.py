@@ -109,6 +109,9 @@ def drift_correct(source: str | os.PathLike, out: str | os.PathLike,
         raise DatasetError(f"No target of {src.root} has a drift series; measure it with the "
                            "interleaved protocol and a drift reference.")
     for t in chosen:
+        if entries.get(t, {}).get("combined_from"):
+            raise DatasetError(f"Target {t} of {src.root} is a median of several campaigns; "
+                               "drift-correct each campaign before combining them.")
         if t not in entries:
             raise DatasetError(f"{src.root} has no target {t!r}; it has {', '.join(entries)}.")
         if not entries[t].get("drift", {}).get("series"):

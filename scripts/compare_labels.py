@@ -11,7 +11,8 @@ Prints the end-to-end and per-kernel MdAPE, 90th percentile and the median signe
 (the retest against the label), and the hours between the two measurements. With
 `--drift-correct MS` both are first drift-corrected to the machine state in which the drift
 reference reads MS milliseconds (`latpred dataset drift-correct --reference-ms MS`), so that
-campaigns measured hours apart compare on one scale.
+campaigns measured hours apart compare on one scale (a side that is already corrected, such as
+a combination of corrected campaigns, is taken as it is).
 """
 
 from __future__ import annotations
@@ -45,10 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         paths = [args.labels, args.retest]
         if args.drift_correct is not None:
             for i, src in enumerate(list(paths)):
-                paths[i] = Path(tmp) / f"dc{i}"
-                drift_correct(src, paths[i], (args.target,), args.drift_correct)
+                if _has_own_drift(Dataset.open(src), args.target):
+                    paths[i] = Path(tmp) / f"dc{i}"
+                    drift_correct(src, paths[i], (args.target,), args.drift_correct)
         _compare(Dataset.open(paths[0]), Dataset.open(paths[1]), args.target)
     return 0
+
+
+def _has_own_drift(ds: Dataset, target: str) -> bool:
+    """Whether `ds` is one raw campaign with a drift series (a combination of campaigns
+    drift-corrected before combining, or a corrected copy, is on its scale already)."""
+    entry = ds.manifest["targets"].get(target, {})
+    return bool(entry.get("drift", {}).get("series")) and "drift_corrected" not in entry
 
 
 def _compare(a: Dataset, b: Dataset, target: str) -> None:

@@ -16,26 +16,26 @@ MergeElementwiseNodes).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class GpuNode:
     """One delegate kernel while fusion runs (mutable working state, never returned).
 
     `inputs`/`outputs` are runtime tensor ids (negative ids are the delegate's own intermediate
-    tensors); `ops` lists graph op indices, the deciding op first; `linked` names what was fused.
+    tensors); `ops` lists graph op indices, the deciding op first. Tuples, replaced as nodes
+    fuse: a node is made per op and candidate, and most never change.
     """
 
     type: str
-    ops: list[int]
-    inputs: list[int]
-    outputs: list[int]
+    ops: tuple[int, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
     out_shape: tuple[int, ...]
     linkable: bool
     rule: str
     part: str = ""
-    linked: list[str] = field(default_factory=list)
 
 
 def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
@@ -44,12 +44,15 @@ def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
     `blocked` holds tensors that must stay materialised (read outside the delegate or graph
     outputs): a node writing one is not merged (LiteRT gpu_model.cc: "Don't merge node if it has
     multiple outputs or a graph output").
+
+    Nodes are visited in order and only later, live nodes are linked, so each tensor's consumers
+    are listed once: a consumer merged into an earlier node is never looked at again.
     """
-    consumers: dict[int, list[list[int]]] = {}
+    consumers: dict[int, list[tuple[int, int]]] = {}
     producer: dict[int, int] = {}
     for i, node in enumerate(nodes):
         for k, t in enumerate(node.inputs):
-            consumers.setdefault(t, []).append([i, k])
+            consumers.setdefault(t, []).append((i, k))
         for t in node.outputs:
             producer[t] = i
     alive = [True] * len(nodes)
@@ -66,21 +69,16 @@ def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
                     and all(producer.get(t, -1) <= i for t in nxt.inputs)):
                 break
             _absorb(node, nxt)
-            for k, t in enumerate(nxt.inputs[1:], start=1):
-                for c in consumers[t]:
-                    if c == [j, k]:
-                        c[0], c[1] = i, len(node.inputs) - len(nxt.inputs) + k
             producer[nxt.outputs[0]] = i
             alive[j] = False
     return [n for n, a in zip(nodes, alive) if a]
 
 
 def _absorb(node: GpuNode, nxt: GpuNode) -> None:
-    node.ops.extend(nxt.ops)
-    node.inputs.extend(nxt.inputs[1:])
-    node.outputs = list(nxt.outputs)
+    node.ops += nxt.ops
+    node.inputs += nxt.inputs[1:]
+    node.outputs = nxt.outputs
     node.out_shape = nxt.out_shape
-    node.linked.extend(nxt.linked or [nxt.type])
 
 
 def merge_elementwise_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
@@ -151,8 +149,7 @@ def _fuse_pattern(nodes: list[GpuNode], root: GpuNode, prev: list[int | None],
         first, second = sorted(prev)
         keep = nodes[first]
         other = nodes[second]
-        keep.ops.extend(other.ops)
-        keep.linked.extend(other.linked or [other.type])
+        keep.ops += other.ops
         _chain(keep, root)
         return first, [second, r]
     return None
@@ -160,9 +157,8 @@ def _fuse_pattern(nodes: list[GpuNode], root: GpuNode, prev: list[int | None],
 
 def _chain(first: GpuNode, root: GpuNode) -> None:
     """`first` now also computes `root`: it reads first's input and writes root's output."""
-    first.ops.extend(root.ops)
-    first.linked.extend(root.linked or [root.type])
+    first.ops += root.ops
     if root.type != first.type:
         first.type = "elementwise"  # an activation fused with arithmetic is plain element-wise
-    first.outputs = list(root.outputs)
+    first.outputs = root.outputs
     first.out_shape = root.out_shape

@@ -11,23 +11,25 @@
    (global_pooling_to_reduce_op.cc), and each op becomes one or more kernels (a Winograd
    convolution is three).
 3. Fusion (`fusion.py`) links element-wise kernels into their producers.
+
+What the delegate does with each op alone (step 1's verdict, step 2's lowering) is looked up per
+op in `gpu_plans`, which decides it once per distinct op: NAS candidates repeat the same ops.
 """
 
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cached_property
 
 from latpred.deduce import conv_selection as cs
 from latpred.deduce.cpu import cpu_kernel
 from latpred.deduce.fusion import GpuNode, merge_elementwise_nodes, merge_nodes
-from latpred.deduce.gpu_support import unsupported_reason
+from latpred.deduce.gpu_plans import OpEntry, OpPlan, Plans, plans_for
 from latpred.deduce.kernel import Kernel
-from latpred.deduce.optypes import bhwc, kernel_type, spatial_zero_pad
-from latpred.deduce.rulesets import CPU_RULES, GPU_RULES, GpuRuleSet
+from latpred.deduce.rulesets import CPU_RULES, GPU_RULES
 from latpred.errors import ShapeError
 from latpred.graph import Graph
-from latpred.target import GpuSpec, Target
+from latpred.target import Target
 
 _PAD_INTO = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D")
 
@@ -35,14 +37,15 @@ _PAD_INTO = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D")
 def deduce_gpu(graph: Graph, target: Target) -> list[Kernel]:
     rules = GPU_RULES[target.device.gpu_rules]
     cpu_rules = CPU_RULES[target.device.cpu_rules]
-    reasons = [unsupported_reason(graph, op, rules.supported, rules.spatial_mean_only)
-               for op in graph.ops]
+    plans = plans_for(rules, target.device.gpu)
+    entries = plans.entries(graph)
+    reasons = [e.reason for e in entries]
     subsets = partition(graph, [r is None for r in reasons])
     delegated = _delegated(subsets, rules.max_partitions)
     kernels: list[Kernel] = []
     for n, (supported, ops) in enumerate(subsets):
         if n in delegated:
-            kernels.extend(_delegate(graph, ops, rules, target.device.gpu))
+            kernels.extend(_delegate(graph, ops, plans, entries))
             continue
         for i in ops:
             why = reasons[i] or (f"outside the largest GPU partition ({rules.label} delegates "
@@ -102,33 +105,40 @@ def _delegated(subsets: list[tuple[bool, list[int]]], limit: int | None) -> set[
     return set(gpu)
 
 
-def _delegate(graph: Graph, ops: list[int], rules: GpuRuleSet, gpu: GpuSpec) -> list[Kernel]:
+def _delegate(graph: Graph, ops: list[int], plans: Plans, entries: list[OpEntry]
+              ) -> list[Kernel]:
     """The kernels of one delegated subset, after the delegate's passes and fusion."""
-    lowering = _Lowering(graph, ops, rules, gpu)
+    lowering = _Lowering(graph, ops, plans, entries)
     nodes = lowering.run()
     blocked = lowering.blocked()
-    if rules.merge_elementwise:
+    if plans.rules.merge_elementwise:
         nodes = merge_elementwise_nodes(nodes, blocked)
     nodes = merge_nodes(nodes, blocked)
-    return [Kernel(n.type, tuple(n.ops), "gpu", _rule_text(n, graph), False, n.part)
-            for n in nodes]
-
-
-def _rule_text(node: GpuNode, graph: Graph) -> str:
-    fused = [f"{graph.ops[i].type}#{i}" for i in node.ops[1:]]
-    return f"{node.rule}; fused {', '.join(fused)}" if fused else node.rule
+    return plans.kernels(nodes, entries)
 
 
 class _Lowering:
     """Turns the ops of one delegated subset into GpuNodes (one use, then discarded)."""
 
-    def __init__(self, graph: Graph, ops: list[int], rules: GpuRuleSet, gpu: GpuSpec):
-        self.graph, self.ops, self.rules, self.gpu = graph, ops, rules, gpu
-        self.opset = set(ops)
+    def __init__(self, graph: Graph, ops: list[int], plans: Plans, entries: list[OpEntry]):
+        self.graph, self.ops, self.plans, self.entries = graph, ops, plans, entries
+        self.whole = len(ops) == len(graph.ops)  # the common case: one subset, the whole graph
         self.alias: dict[int, int] = {}
+        self.pads: dict[int, int] = {}  # consumer op -> the PAD op merged into it
         self.producer_node: dict[int, GpuNode] = {}
-        self.written_by = {t: i for i in ops for t in graph.ops[i].outputs}
         self.fresh = itertools.count(-1, -1)
+
+    @cached_property
+    def opset(self) -> set[int]:
+        return set(self.ops)
+
+    @cached_property
+    def written_by(self) -> dict[int, int]:
+        """Tensor -> the op of the subset that writes it (for the whole graph: its producers,
+        which a chained graph carries ready)."""
+        if self.whole:
+            return self.graph.producers
+        return {t: i for i in self.ops for t in self.graph.ops[i].outputs}
 
     def resolve(self, t: int) -> int:
         while t in self.alias:
@@ -138,111 +148,92 @@ class _Lowering:
     def blocked(self) -> set[int]:
         """Tensors read outside the subset or returned by the graph."""
         g = self.graph
-        if len(self.ops) == len(g.ops):  # the whole graph: only its outputs leave it
+        if self.whole:  # only the graph's outputs leave it
             return {self.resolve(t) for t in g.outputs}
         out, consumers, opset = set(g.outputs), g.consumers, self.opset
         return {self.resolve(t) for i in self.ops for t in g.ops[i].outputs
                 if t in out or any(c not in opset for c in consumers.get(t, ()))}
 
     def run(self) -> list[GpuNode]:
-        pads = self._mergeable_pads()
-        merged_pads = set(pads.values())
         nodes: list[GpuNode] = []
+        graph, plans, entries, pads, producer_node = self.graph, self.plans, self.entries, \
+            self.pads, self.producer_node
         for i in self.ops:
-            if i in merged_pads:
+            entry = entries[i]
+            plan = entry.plan or plans.plan(graph, i, entry)
+            if plan.zero_pad and self._merge_pad(i):
                 continue
-            if self._absorb_identity_reshape(i):
+            if plan.identity_reshape and self._absorb_identity_reshape(i):
                 continue
-            new = self._lower(i)
+            new = self._lower(entry, plan, i)
             if i in pads:
-                new[0].ops.append(pads[i])
+                new[0].ops += (pads[i],)
                 new[0].rule += f"; zero padding of PAD#{pads[i]} merged in"
-            for node in new:
-                for t in node.outputs:
-                    self.producer_node[t] = node
-            nodes.extend(new)
+            for t in entry.outs:  # lookups read graph tensors only, which the last node writes
+                producer_node[t] = new[-1]
+            nodes += new
         return nodes
 
-    def _mergeable_pads(self) -> dict[int, int]:
-        """consumer op -> PAD op merged into it (MergePaddingWith2DOperation)."""
-        g, merged = self.graph, {}
-        for i in self.ops:
-            op = g.ops[i]
-            if op.type not in ("PAD", "PADV2") or not spatial_zero_pad(g, op):
-                continue
-            users = g.consumers_of(op.outputs[0])
-            if len(users) != 1 or users[0] not in self.opset or op.outputs[0] in g.outputs:
-                continue
-            user = g.ops[users[0]]
-            if user.type in _PAD_INTO and user.inputs[0] == op.outputs[0]:
-                merged[users[0]] = i
-                self.alias[op.outputs[0]] = op.inputs[0]
-        return merged
+    def _merge_pad(self, i: int) -> bool:
+        """MergePaddingWith2DOperation: zero PAD `i` merges into the convolution or pooling that
+        is its only reader (which comes after it: its entry in `pads` is ready by then)."""
+        g, op = self.graph, self.graph.ops[i]
+        users = g.consumers_of(op.outputs[0])
+        if len(users) != 1 or users[0] not in self.opset or op.outputs[0] in g.outputs:
+            return False
+        user = g.ops[users[0]]
+        if user.type in _PAD_INTO and user.inputs[0] == op.outputs[0]:
+            self.pads[users[0]] = i
+            self.alias[op.outputs[0]] = op.inputs[0]
+            return True
+        return False
 
     def _absorb_identity_reshape(self, i: int) -> bool:
+        """RemoveIdentityReshape: a kernel writes the reshape's input, whose consumers read it
+        directly."""
         op = self.graph.ops[i]
-        if op.type != "RESHAPE":
-            return False
         src = self.resolve(op.inputs[0])
-        shape_in = bhwc(self.graph.tensors[op.inputs[0]].shape)
         node = self.producer_node.get(src)
-        if node is None or shape_in != bhwc(self.graph.tensors[op.outputs[0]].shape):
+        if node is None:
             return False
-        node.ops.append(i)  # RemoveIdentityReshape: the consumers read the input directly
+        node.ops += (i,)
         self.alias[op.outputs[0]] = src
         return True
 
-    def _inputs(self, i: int) -> list[int]:
-        g = self.graph
-        return [self.resolve(t) for t in g.ops[i].inputs
-                if t >= 0 and not g.tensors[t].is_constant]
+    def _lower(self, entry: OpEntry, plan: OpPlan, i: int) -> list[GpuNode]:
+        ins = tuple([self.resolve(t) for t in entry.ins]) if self.alias else entry.ins
+        if plan.conv is not None:
+            geom, choice = plan.conv
+            return self._conv_nodes(i, choice, geom, ins, entry.outs, plan.shape)
+        if plan.reorder:
+            ins = self._latest_first(ins)
+        return [GpuNode(plan.type, (i,), ins, entry.outs, plan.shape, plan.linkable, plan.rule)]
 
-    def _lower(self, i: int) -> list[GpuNode]:
-        g, op, label = self.graph, self.graph.ops[i], self.rules.label
-        ins, outs = self._inputs(i), list(op.outputs)
-        shape = bhwc(g.tensors[outs[0]].shape)
-        if op.type == "CONV_2D":
-            geom = cs.conv_geom(g, op)
-            choice = _select_conv(geom, self.gpu, self.rules)
-            return self._conv_nodes(i, choice, geom, ins, outs, shape)
-        if op.type in ("ADD", "MUL") and self.rules.associative_reorder and len(ins) >= 2:
-            ins = self._latest_first(ins, shape)
-        ktype = kernel_type(g, op)
-        rule = f"{ktype}: {op.type} ({label})"
-        if op.type == "AVERAGE_POOL_2D" and _global_pool(g, op):
-            ktype, rule = "mean", f"mean: global average pooling runs as a reduce ({label})"
-        linkable = op.type in self.rules.linkable and len(outs) == 1
-        return [GpuNode(ktype, [i], ins, outs, shape, linkable, rule)]
-
-    def _latest_first(self, ins: list[int], shape: tuple[int, ...]) -> list[int]:
+    def _latest_first(self, ins: tuple[int, ...]) -> tuple[int, ...]:
         """IsAssociativeLinkableOp: without broadcasting, read the last-written input first."""
-        for t in ins:
-            src = bhwc(self.graph.tensors[t].shape) if t >= 0 else shape
-            if any(s == 1 and d != 1 for s, d in zip(src, shape)):
-                return ins
         written = [self.written_by.get(t, -1) for t in ins]
         latest = max(range(len(ins)), key=lambda k: (written[k], -k))
-        ins = list(ins)
-        ins[0], ins[latest] = ins[latest], ins[0]
-        return ins
+        order = list(ins)
+        order[0], order[latest] = order[latest], order[0]
+        return tuple(order)
 
-    def _conv_nodes(self, i: int, choice: cs.ConvChoice, geom: cs.ConvGeom, ins: list[int],
-                    outs: list[int], shape: tuple[int, ...], part: str = "") -> list[GpuNode]:
+    def _conv_nodes(self, i: int, choice: cs.ConvChoice, geom: cs.ConvGeom, ins: tuple[int, ...],
+                    outs: tuple[int, ...], shape: tuple[int, ...], part: str = "") -> list[GpuNode]:
         if choice.kind == "winograd":
             tiles = -(-geom.out_h // 4) * -(-geom.out_w // 4)
             a, b = next(self.fresh), next(self.fresh)
             sa, sb = (geom.batch, 36, tiles, geom.cin), (geom.batch, 36, tiles, geom.cout)
             pre = f"{part}_" if part else ""
-            return [GpuNode("winograd_input_transform", [i], ins, [a], sa, False, choice.rule,
+            return [GpuNode("winograd_input_transform", (i,), ins, (a,), sa, False, choice.rule,
                             pre + "input_transform"),
-                    GpuNode("winograd_matmul", [i], [a], [b], sb, False, choice.rule,
+                    GpuNode("winograd_matmul", (i,), (a,), (b,), sb, False, choice.rule,
                             pre + "matmul"),
-                    GpuNode("winograd_output_transform", [i], [b], outs, shape, False,
+                    GpuNode("winograd_output_transform", (i,), (b,), outs, shape, False,
                             choice.rule, pre + "output_transform")]
         if choice.kind != "split_groups":
-            return [GpuNode(choice.kind, [i], ins, outs, shape, False, choice.rule, part)]
-        parts = [next(self.fresh) for _ in range(geom.groups)]
-        nodes = [GpuNode("split", [i], ins, parts, shape, False, choice.rule, "group_split")]
+            return [GpuNode(choice.kind, (i,), ins, outs, shape, False, choice.rule, part)]
+        parts = tuple(next(self.fresh) for _ in range(geom.groups))
+        nodes = [GpuNode("split", (i,), ins, parts, shape, False, choice.rule, "group_split")]
         results = []
         sub = cs.ConvGeom(geom.batch, geom.in_h, geom.in_w, geom.src_group_size,
                           geom.dst_group_size, geom.kh, geom.kw, geom.out_h, geom.out_w,
@@ -251,22 +242,8 @@ class _Lowering:
             results.append(next(self.fresh))
             per = cs.ConvChoice(choice.per_group.kind,
                                 f"{choice.per_group.rule}; group {k} of {choice.rule}")
-            nodes += self._conv_nodes(i, per, sub, [t], [results[-1]],
+            nodes += self._conv_nodes(i, per, sub, (t,), (results[-1],),
                                       shape[:3] + (geom.dst_group_size,), f"group{k}")
-        nodes.append(GpuNode("concat", [i], results, outs, shape, False, choice.rule,
+        nodes.append(GpuNode("concat", (i,), tuple(results), outs, shape, False, choice.rule,
                              "group_concat"))
         return nodes
-
-
-@lru_cache(maxsize=4096)
-def _select_conv(geom: cs.ConvGeom, gpu: GpuSpec, rules: GpuRuleSet) -> cs.ConvChoice:
-    # NAS graphs repeat the same convolution shapes: the choice is a pure function of them.
-    return cs.select_conv(geom, gpu, rules.winograd, rules.label, rules.conv_as_fc,
-                          rules.grouped_as_depthwise)
-
-
-def _global_pool(graph: Graph, op) -> bool:
-    """IsGlobalPooling: the window covers the whole input and the output is 1x1."""
-    _, h, w, _ = graph.tensors[op.inputs[0]].shape
-    _, oh, ow, _ = graph.tensors[op.outputs[0]].shape
-    return (oh, ow) == (1, 1) and tuple(op.attr("filter", (0, 0))) == (h, w)

@@ -1,0 +1,208 @@
+"""What the GPU delegate does with one op, decided once per distinct op and reused across graphs.
+
+Whether the delegate accepts an op (`gpu_support.unsupported_reason`) and how it lowers it (the
+kernel type and the rule that decided it, the convolution kernel selection, whether the op can be
+linked into its producer) depend on the op (type, attributes) and the tensors it touches (shape,
+dtype, constness, kept value) only, never on the rest of the graph. NAS candidates repeat the
+same few hundred ops, so `deduce_gpu` looks them up per op by a key of small ints, instead of
+re-deriving them per op and candidate: tensors and ops are interned by object identity first
+(chained supernet blocks share Tensor and Op objects), by value on a miss. Kernels, immutable,
+are shared the same way: candidates hold the same (ops, rule) kernels over and over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import compress, repeat
+from operator import attrgetter, call, itemgetter, ne
+from typing import Any
+
+from latpred.deduce import conv_selection as cs
+from latpred.deduce.fusion import GpuNode
+from latpred.deduce.gpu_support import unsupported_reason
+from latpred.deduce.kernel import Kernel
+from latpred.deduce.optypes import bhwc, kernel_type, spatial_zero_pad
+from latpred.deduce.rulesets import GpuRuleSet
+from latpred.graph import Graph, Op
+from latpred.target import GpuSpec
+
+# Entries kept per table before the tables start again (a NAS space needs a few thousand; graphs
+# that share no objects add a few hundred identities each).
+_CAP = 1 << 17
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class OpPlan:
+    """How the delegate lowers one op it accepts, before the graph's passes and fusion.
+
+    - `type`, `rule`, `linkable`: its kernel (a convolution's: the selected kind; for
+      `conv` below, the first of its kernels);
+    - `shape`: its output as the delegate sees it (BHWC);
+    - `reorder`: an ADD/MUL that puts its most recently written input first (the rule set's
+      `associative_reorder`, two or more inputs, none broadcast);
+    - `zero_pad`: a zero PAD of height/width, merged into the convolution or pooling reading it;
+    - `identity_reshape`: a RESHAPE that keeps the BHWC shape, removed when a kernel writes its input;
+    - `conv`: (geometry, choice) of a convolution that becomes several kernels (Winograd, split
+      groups); None otherwise.
+    """
+
+    type: str
+    rule: str
+    linkable: bool
+    shape: tuple[int, ...]
+    reorder: bool = False
+    zero_pad: bool = False
+    identity_reshape: bool = False
+    conv: tuple[cs.ConvGeom, cs.ConvChoice] | None = None
+
+
+@lru_cache(maxsize=16)
+def plans_for(rules: GpuRuleSet, gpu: GpuSpec) -> "Plans":
+    return Plans(rules, gpu)
+
+
+class OpEntry:
+    """One Op object's facts, valid in any graph where its tensors have the same values (the
+    interned value ids `sig`, fetched from a graph's by `fetch`): its value key, why the
+    delegate rejects it, its runtime inputs and outputs, and its OpPlan once lowered."""
+
+    __slots__ = ("op", "fetch", "sig", "key", "reason", "ins", "outs", "plan")
+
+    def __init__(self, op: Op, fetch: Any, sig: Any, key: tuple, reason: str | None,
+                 ins: tuple[int, ...]):
+        self.op, self.fetch, self.sig, self.key, self.reason = op, fetch, sig, key, reason
+        self.ins, self.outs, self.plan = ins, op.outputs, None
+
+
+class Plans:
+    """Op entries, acceptance reasons, OpPlans and Kernels of one rule set and GPU.
+
+    A cache of pure functions of their keys: results are the same with it or without it."""
+
+    def __init__(self, rules: GpuRuleSet, gpu: GpuSpec):
+        self.rules, self.gpu = rules, gpu
+        self._clear()
+
+    def _clear(self) -> None:
+        self._entries: dict[int, OpEntry] = {}  # id(Op) -> its entry (which keeps the Op alive)
+        self._tensor_of: dict[int, int] = {}    # id(Tensor) -> interned value
+        self._held: list[Any] = []              # those Tensors, kept alive so no id is reused
+        self._tensors: dict[tuple, int] = {}
+        self._ops: dict[tuple, int] = {}        # (type, attrs) -> interned kind
+        self._reasons: dict[tuple, str | None] = {}
+        self._plans: dict[tuple, OpPlan] = {}
+        self._kernels: dict[tuple, Kernel] = {}
+
+    def entries(self, graph: Graph) -> list[OpEntry]:
+        """Per op, its entry. Ops and Tensors seen before (chained supernet blocks share them)
+        are looked up and checked with C-level maps, not a Python loop per op; only new or
+        changed ops are worked on."""
+        if max(len(self._entries), len(self._held), len(self._kernels)) > _CAP:
+            self._clear()
+        ops, tid = graph.ops, self._tensor_ids(graph)
+        entries = list(map(self._entries.get, map(id, ops), repeat(_UNSEEN)))
+        seen = list(map(call, map(_FETCH, entries), repeat(tid)))
+        if seen != list(map(_SIG, entries)):
+            for i in compress(range(len(ops)), map(ne, seen, map(_SIG, entries))):
+                entries[i] = self._entry(graph, ops[i], tid)
+        return entries
+
+    def _tensor_ids(self, graph: Graph) -> list[int]:
+        """Per tensor, an int naming its value as deduction reads it; -1 last (index -1)."""
+        ids = list(map(self._tensor_of.get, map(id, graph.tensors)))
+        if None in ids:
+            for n, t in enumerate(graph.tensors):
+                if ids[n] is None:
+                    self._held.append(t)
+                    ids[n] = self._tensor_of[id(t)] = self._tensors.setdefault(
+                        (t.shape, t.dtype, t.is_constant, t.value), len(self._tensors))
+        ids.append(-1)
+        return ids
+
+    def _entry(self, graph: Graph, op: Op, tid: list[int]) -> OpEntry:
+        kind = self._ops.setdefault((op.type, op.attrs), len(self._ops))
+        key = (kind, len(op.inputs), *[tid[t] for t in op.inputs], *[tid[t] for t in op.outputs])
+        why = self._reasons.get(key, _MISSING)
+        if why is _MISSING:
+            why = self._reasons[key] = unsupported_reason(
+                graph, op, self.rules.supported, self.rules.spatial_mean_only)
+        refs = [t for t in (*op.inputs, *op.outputs) if t >= 0]
+        fetch = itemgetter(*refs) if refs else _no_tensors
+        ins = tuple(t for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant)
+        entry = self._entries[id(op)] = OpEntry(op, fetch, fetch(tid), key, why, ins)
+        return entry
+
+    def plan(self, graph: Graph, i: int, entry: OpEntry) -> OpPlan:
+        """The plan of accepted op `i` (made on first use: only the ops the delegate lowers)."""
+        plan = self._plans.get(entry.key)
+        if plan is None:
+            plan = self._plans[entry.key] = plan_op(graph, graph.ops[i], self.rules, self.gpu)
+        entry.plan = plan
+        return plan
+
+    def kernels(self, nodes: list[GpuNode], entries: list[OpEntry]) -> list[Kernel]:
+        """The Kernels of fused nodes, shared with earlier graphs' equal ones."""
+        out, known = [], self._kernels
+        for n in nodes:
+            rule = n.rule
+            if len(n.ops) > 1:
+                fused = ", ".join([f"{entries[i].op.type}#{i}" for i in n.ops[1:]])
+                rule = f"{rule}; fused {fused}"
+            key = (n.type, n.ops, rule, n.part)
+            k = known.get(key)
+            if k is None:
+                k = known[key] = Kernel(n.type, key[1], "gpu", rule, False, n.part)
+            out.append(k)
+        return out
+
+
+def _no_tensors(tensors: Any) -> tuple:
+    return ()
+
+
+# The entry of an Op not seen yet: what it fetches never equals what it holds.
+_UNSEEN = OpEntry.__new__(OpEntry)
+_UNSEEN.fetch, _UNSEEN.sig = _no_tensors, None
+_FETCH, _SIG = attrgetter("fetch"), attrgetter("sig")
+
+
+def plan_op(graph: Graph, op: Op, rules: GpuRuleSet, gpu: GpuSpec) -> OpPlan:
+    """The OpPlan of an op the delegate accepts."""
+    g, label = graph, rules.label
+    shape = bhwc(g.tensors[op.outputs[0]].shape)
+    if op.type == "CONV_2D":
+        geom = cs.conv_geom(g, op)
+        choice = cs.select_conv(geom, gpu, rules.winograd, label, rules.conv_as_fc,
+                                rules.grouped_as_depthwise)
+        several = choice.kind in ("winograd", "split_groups")
+        return OpPlan(choice.kind, choice.rule, False, shape,
+                      conv=(geom, choice) if several else None)
+    inputs = [t for t in op.inputs if t >= 0 and not g.tensors[t].is_constant]
+    reorder = (op.type in ("ADD", "MUL") and rules.associative_reorder and len(inputs) >= 2
+               and not _broadcasts(g, inputs, shape))
+    ktype = kernel_type(g, op)
+    rule = f"{ktype}: {op.type} ({label})"
+    if op.type == "AVERAGE_POOL_2D" and _global_pool(g, op):
+        ktype, rule = "mean", f"mean: global average pooling runs as a reduce ({label})"
+    return OpPlan(ktype, rule, op.type in rules.linkable and len(op.outputs) == 1, shape, reorder, op.type in ("PAD", "PADV2") and spatial_zero_pad(g, op),
+                  op.type == "RESHAPE" and bhwc(g.tensors[op.inputs[0]].shape) == shape)
+
+
+def _broadcasts(graph: Graph, inputs: list[int], shape: tuple[int, ...]) -> bool:
+    """Whether an input is broadcast to the output (IsAssociativeLinkableOp then keeps the
+    order). Read from the op's own tensors: an input that the delegate's passes replace (a
+    removed reshape's) has the same BHWC shape."""
+    for t in inputs:
+        src = bhwc(graph.tensors[t].shape)
+        if any(s == 1 and d != 1 for s, d in zip(src, shape)):
+            return True
+    return False
+
+
+def _global_pool(graph: Graph, op: Op) -> bool:
+    """IsGlobalPooling: the window covers the whole input and the output is 1x1."""
+    _, h, w, _ = graph.tensors[op.inputs[0]].shape
+    _, oh, ow, _ = graph.tensors[op.outputs[0]].shape
+    return (oh, ow) == (1, 1) and tuple(op.attr("filter", (0, 0))) == (h, w)

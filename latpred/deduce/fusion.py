@@ -15,7 +15,10 @@ MergeElementwiseNodes).
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import Counter
+from itertools import chain
+from operator import attrgetter
 from dataclasses import dataclass
 
 
@@ -52,7 +55,11 @@ def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
     producer: dict[int, int] = {}
     for i, node in enumerate(nodes):
         for k, t in enumerate(node.inputs):
-            consumers.setdefault(t, []).append((i, k))
+            users = consumers.get(t)
+            if users is None:
+                consumers[t] = [(i, k)]
+            else:
+                users.append((i, k))
         for t in node.outputs:
             producer[t] = i
     alive = [True] * len(nodes)
@@ -60,10 +67,14 @@ def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
         if not alive[i]:
             continue
         while len(node.outputs) == 1 and node.outputs[0] not in blocked:
-            links = [c for c in consumers.get(node.outputs[0], ()) if c[0] > i and alive[c[0]]]
-            if len(links) != 1 or links[0][1] != 0:
+            users = consumers.get(node.outputs[0], ())
+            if len(users) != 1:   # the common case, one consumer, without a list
+                users = [c for c in users if c[0] > i and alive[c[0]]]
+                if len(users) != 1:
+                    break
+            j, k = users[0]
+            if k != 0 or j <= i or not alive[j]:
                 break
-            j = links[0][0]
             nxt = nodes[j]
             if not (nxt.linkable and len(nxt.outputs) == 1 and nxt.out_shape == node.out_shape
                     and all(producer.get(t, -1) <= i for t in nxt.inputs)):
@@ -86,45 +97,65 @@ def merge_elementwise_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[Gpu
 
     TYPE_0: elem0 -> root. TYPE_1/2: a two-input root reading a tensor and a linkable op of that
     same tensor (x and sigmoid(x) for swish). TYPE_3: a two-input root of two linkable ops of one
-    tensor. The fused node keeps the position of its first member.
+    tensor. The fused node keeps the position of its first member, and the scan goes on after it.
+
+    Fused-away nodes are marked dead rather than deleted, and a fusion updates the use counts
+    and producers it changes rather than recounting every node after each fusion.
     """
-    nodes = list(nodes)
-    uses, producer = _index(nodes, blocked)
+    alive = [True] * len(nodes)
+    uses = Counter(chain.from_iterable(map(attrgetter("inputs"), nodes)))
+    for t in blocked:
+        uses[t] += 1  # read outside the delegate: it must survive
+    writers: dict[int, list[int]] = {}  # tensor -> the live nodes whose first output it is
+    for i, n in enumerate(nodes):
+        if n.outputs:
+            writers.setdefault(n.outputs[0], []).append(i)
+    producer = {t: w[-1] for t, w in writers.items()}  # the last of them, as a dict would keep
     r = 1
     while r < len(nodes):
         root = nodes[r]
         fused = None
-        if root.linkable and len(root.outputs) == 1 and len(root.inputs) in (1, 2):
+        if alive[r] and root.linkable and len(root.outputs) == 1 and len(root.inputs) in (1, 2):
             prev = [producer.get(t) for t in root.inputs]
-            fused = _fuse_pattern(nodes, root, prev, uses, producer)
+            fused = _fuse_pattern(nodes, r, prev, uses, producer)
         if fused is None:
             r += 1
             continue
         keep, drop = fused
-        new = nodes[keep]
-        for d in sorted(drop, reverse=True):
-            del nodes[d]
-        uses, producer = _index(nodes, blocked)
-        r = nodes.index(new) + 1
-    return nodes
+        # The kept node wrote the root input it fed; it now writes the root's output.
+        _rewrite(writers, producer, keep, (root.inputs[prev.index(keep)],), root.outputs)
+        for d in drop:
+            alive[d] = False
+            for t in nodes[d].inputs:
+                uses[t] -= 1
+            _rewrite(writers, producer, d, nodes[d].outputs[:1], ())
+        r = keep + 1
+    return [n for n, a in zip(nodes, alive) if a]
 
 
-def _index(nodes: list[GpuNode], blocked: set[int]) -> tuple[Counter, dict[int, int]]:
-    uses = Counter(t for n in nodes for t in n.inputs)
-    for t in blocked:
-        uses[t] += 1  # read outside the delegate: it must survive
-    producer = {n.outputs[0]: i for i, n in enumerate(nodes) if n.outputs}
-    return uses, producer
+def _rewrite(writers: dict[int, list[int]], producer: dict[int, int], i: int,
+             old: tuple[int, ...], new: tuple[int, ...]) -> None:
+    """Node `i`'s first output is now `new` instead of `old` (each empty or one tensor)."""
+    for t in old:
+        writers[t].remove(i)
+    for t in new:
+        insort(writers.setdefault(t, []), i)
+    for t in (*old, *new):
+        if writers[t]:
+            producer[t] = writers[t][-1]
+        else:
+            del producer[t]
 
 
 def _simple(node: GpuNode) -> bool:
     return node.linkable and len(node.inputs) == 1 and len(node.outputs) == 1
 
 
-def _fuse_pattern(nodes: list[GpuNode], root: GpuNode, prev: list[int | None],
+def _fuse_pattern(nodes: list[GpuNode], r: int, prev: list[int | None],
                   uses: Counter, producer: dict[int, int]) -> tuple[int, list[int]] | None:
-    """Apply the first matching TYPE_0..3 pattern in place; (kept index, dropped indices)."""
-    r = nodes.index(root)
+    """Apply the first matching TYPE_0..3 pattern to root `r` in place; (kept index, dropped
+    indices)."""
+    root = nodes[r]
     if len(root.inputs) == 1:
         p = prev[0]
         if p is None or not _simple(nodes[p]) or uses[root.inputs[0]] != 1:

@@ -68,12 +68,12 @@ class OpEntry:
     interned value ids `sig`, fetched from a graph's by `fetch`): its value key, why the
     delegate rejects it, its runtime inputs and outputs, and its OpPlan once lowered."""
 
-    __slots__ = ("op", "fetch", "sig", "key", "reason", "ins", "outs", "plan")
+    __slots__ = ("op", "type", "fetch", "sig", "key", "reason", "ins", "outs", "plan")
 
     def __init__(self, op: Op, fetch: Any, sig: Any, key: tuple, reason: str | None,
                  ins: tuple[int, ...]):
-        self.op, self.fetch, self.sig, self.key, self.reason = op, fetch, sig, key, reason
-        self.ins, self.outs, self.plan = ins, op.outputs, None
+        self.op, self.type, self.fetch, self.sig, self.key = op, op.type, fetch, sig, key
+        self.reason, self.ins, self.outs, self.plan = reason, ins, op.outputs, None
 
 
 class Plans:
@@ -148,7 +148,7 @@ class Plans:
         for n in nodes:
             rule = n.rule
             if len(n.ops) > 1:
-                fused = ", ".join([f"{entries[i].op.type}#{i}" for i in n.ops[1:]])
+                fused = ", ".join([f"{entries[i].type}#{i}" for i in n.ops[1:]])
                 rule = f"{rule}; fused {fused}"
             key = (n.type, n.ops, rule, n.part)
             k = known.get(key)
@@ -186,7 +186,8 @@ def plan_op(graph: Graph, op: Op, rules: GpuRuleSet, gpu: GpuSpec) -> OpPlan:
     rule = f"{ktype}: {op.type} ({label})"
     if op.type == "AVERAGE_POOL_2D" and _global_pool(g, op):
         ktype, rule = "mean", f"mean: global average pooling runs as a reduce ({label})"
-    return OpPlan(ktype, rule, op.type in rules.linkable and len(op.outputs) == 1, shape, reorder, op.type in ("PAD", "PADV2") and spatial_zero_pad(g, op),
+    return OpPlan(ktype, rule, op.type in rules.linkable and len(op.outputs) == 1, shape,
+                  reorder, op.type in ("PAD", "PADV2") and spatial_zero_pad(g, op),
                   op.type == "RESHAPE" and bhwc(g.tensors[op.inputs[0]].shape) == shape)
 
 

@@ -45,7 +45,7 @@ def batch_configs(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]],
     supported: dict[int, bool] = {}
     buffers: dict[int, int] = {}
     start = 0
-    for g, ks, ids in zip(graphs, kernels, batch.tensor_ids):
+    for g, ks, ids in zip(graphs, kernels, batch.tensor_ids, strict=True):
         ids = ids[:-1]                  # the last id stands for index -1
         set_tensor_table(g, list(map(nbytes.__getitem__, ids)),
                          list(map(constant.__getitem__, ids)))

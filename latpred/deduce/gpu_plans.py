@@ -4,10 +4,12 @@ Whether the delegate accepts an op (`gpu_support.unsupported_reason`) and how it
 kernel type and the rule that decided it, the convolution kernel selection, whether the op can be
 linked into its producer) depend on the op (type, attributes) and the tensors it touches (shape,
 dtype, constness, kept value) only, never on the rest of the graph. NAS candidates repeat the
-same few hundred ops, so `deduce_gpu` looks them up per op by a key of small ints, instead of
-re-deriving them per op and candidate: tensors and ops are interned by object identity first
-(chained supernet blocks share Tensor and Op objects), by value on a miss. Kernels, immutable,
-are shared the same way: candidates hold the same (ops, rule) kernels over and over.
+same few hundred ops (chained supernet blocks share the very Op and Tensor objects), so
+`deduce_gpu` keeps them per Op object (`OpEntry`), valid wherever the op's tensors have the same
+values, checked per graph with C-level maps rather than a Python loop per op. A new op is keyed
+by value (its type and attributes, its tensors' interned values), so equal ops of other graphs
+share one verdict and one plan. Kernels, immutable, are shared too: candidates hold the same
+(ops, rule) kernels over and over.
 """
 
 from __future__ import annotations
@@ -37,13 +39,13 @@ _MISSING = object()
 class OpPlan:
     """How the delegate lowers one op it accepts, before the graph's passes and fusion.
 
-    - `type`, `rule`, `linkable`: its kernel (a convolution's: the selected kind; for
-      `conv` below, the first of its kernels);
+    - `type`, `rule`, `linkable`: its kernel (a convolution's: the selected kind and its rule);
     - `shape`: its output as the delegate sees it (BHWC);
     - `reorder`: an ADD/MUL that puts its most recently written input first (the rule set's
       `associative_reorder`, two or more inputs, none broadcast);
     - `zero_pad`: a zero PAD of height/width, merged into the convolution or pooling reading it;
-    - `identity_reshape`: a RESHAPE that keeps the BHWC shape, removed when a kernel writes its input;
+    - `identity_reshape`: a RESHAPE that keeps the BHWC shape, removed when a kernel writes its
+      input;
     - `conv`: (geometry, choice) of a convolution that becomes several kernels (Winograd, split
       groups); None otherwise.
     """

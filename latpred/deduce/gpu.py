@@ -156,22 +156,23 @@ class _Lowering:
 
     def run(self) -> list[GpuNode]:
         nodes: list[GpuNode] = []
-        graph, plans, entries, pads, producer_node = self.graph, self.plans, self.entries, \
-            self.pads, self.producer_node
+        graph, plans, entries, alias, producer_node = self.graph, self.plans, self.entries, \
+            self.alias, self.producer_node
         for i in self.ops:
             entry = entries[i]
             plan = entry.plan or plans.plan(graph, i, entry)
-            if plan.zero_pad and self._merge_pad(i):
-                continue
-            if plan.identity_reshape and self._absorb_identity_reshape(i):
-                continue
-            new = self._lower(entry, plan, i)
-            if i in pads:
-                new[0].ops += (pads[i],)
-                new[0].rule += f"; zero padding of PAD#{pads[i]} merged in"
+            if plan.plain and not alias:  # most ops: one node reading the op's own tensors
+                node = GpuNode(plan.type, (i,), entry.ins, entry.outs, plan.shape,
+                               plan.linkable, plan.rule)
+                nodes.append(node)
+            else:
+                new = self._lower(entry, plan, i)
+                if not new:
+                    continue
+                nodes += new
+                node = new[-1]
             for t in entry.outs:  # lookups read graph tensors only, which the last node writes
-                producer_node[t] = new[-1]
-            nodes += new
+                producer_node[t] = node
         return nodes
 
     def _merge_pad(self, i: int) -> bool:
@@ -201,13 +202,24 @@ class _Lowering:
         return True
 
     def _lower(self, entry: OpEntry, plan: OpPlan, i: int) -> list[GpuNode]:
+        """The nodes of op `i`; none when a graph pass removes it."""
+        if plan.zero_pad and self._merge_pad(i):
+            return []
+        if plan.identity_reshape and self._absorb_identity_reshape(i):
+            return []
         ins = tuple([self.resolve(t) for t in entry.ins]) if self.alias else entry.ins
         if plan.conv is not None:
             geom, choice = plan.conv
-            return self._conv_nodes(i, choice, geom, ins, entry.outs, plan.shape)
-        if plan.reorder:
-            ins = self._latest_first(ins)
-        return [GpuNode(plan.type, (i,), ins, entry.outs, plan.shape, plan.linkable, plan.rule)]
+            new = self._conv_nodes(i, choice, geom, ins, entry.outs, plan.shape)
+        else:
+            if plan.reorder:
+                ins = self._latest_first(ins)
+            new = [GpuNode(plan.type, (i,), ins, entry.outs, plan.shape, plan.linkable,
+                           plan.rule)]
+        if i in self.pads:
+            new[0].ops += (self.pads[i],)
+            new[0].rule += f"; zero padding of PAD#{self.pads[i]} merged in"
+        return new
 
     def _latest_first(self, ins: tuple[int, ...]) -> tuple[int, ...]:
         """IsAssociativeLinkableOp: without broadcasting, read the last-written input first."""

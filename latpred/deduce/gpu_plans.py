@@ -14,7 +14,7 @@ share one verdict and one plan. Kernels, immutable, are shared too: candidates h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import compress, repeat
 from operator import attrgetter, call, itemgetter, ne
@@ -58,6 +58,11 @@ class OpPlan:
     zero_pad: bool = False
     identity_reshape: bool = False
     conv: tuple[cs.ConvGeom, cs.ConvChoice] | None = None
+    plain: bool = field(init=False)  # one node reading the op's inputs as they are (most ops)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plain", not (self.reorder or self.zero_pad
+                                               or self.identity_reshape or self.conv))
 
 
 @lru_cache(maxsize=16)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import Counter
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from dataclasses import dataclass
 
@@ -77,7 +77,7 @@ def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
                 break
             nxt = nodes[j]
             if not (nxt.linkable and len(nxt.outputs) == 1 and nxt.out_shape == node.out_shape
-                    and all(producer.get(t, -1) <= i for t in nxt.inputs)):
+                    and max(map(producer.get, nxt.inputs, repeat(-1))) <= i):  # all ready
                 break
             _absorb(node, nxt)
             producer[nxt.outputs[0]] = i

@@ -161,7 +161,8 @@ class _Lowering:
         for i in self.ops:
             entry = entries[i]
             plan = entry.plan or plans.plan(graph, i, entry)
-            if plan.plain and not alias:  # most ops: one node reading the op's own tensors
+            # Most ops: one node reading the op's own tensors (none renamed by a graph pass).
+            if plan.plain and alias.keys().isdisjoint(entry.ins):
                 node = GpuNode(plan.type, (i,), entry.ins, entry.outs, plan.shape,
                                plan.linkable, plan.rule)
                 nodes.append(node)

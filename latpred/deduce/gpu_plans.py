@@ -14,6 +14,7 @@ share one verdict and one plan. Kernels, immutable, are shared too: candidates h
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import compress, repeat
@@ -29,9 +30,11 @@ from latpred.deduce.rulesets import GpuRuleSet
 from latpred.graph import Graph, Op
 from latpred.target import GpuSpec
 
-# Entries kept per table before the tables start again (a NAS space needs a few thousand; graphs
-# that share no objects add a few hundred identities each).
-_CAP = 1 << 17
+# Entries kept per table before the tables start again: a supernet's chained subnets need tens
+# of thousands (one per Op object: a block placed at another offset has new ones); graphs that
+# share no objects add their ops and tensors each (tens of MB at the cap).
+_CAP = 1 << 16
+_ONCE_CAP = 1 << 12  # ops of graphs kept nothing of: a few graphs back is enough
 _MISSING = object()
 
 
@@ -96,6 +99,7 @@ class Plans:
         self._entries: dict[int, OpEntry] = {}  # id(Op) -> its entry (which keeps the Op alive)
         self._tensor_of: dict[int, int] = {}    # id(Tensor) -> interned value
         self._held: list[Any] = []              # those Tensors, kept alive so no id is reused
+        self._once: dict[int, weakref.ref] = {}  # id(Op) -> the Op, of graphs kept nothing of
         self._tensors: dict[tuple, int] = {}
         self._ops: dict[tuple, int] = {}        # (type, attrs) -> interned kind
         self._reasons: dict[tuple, str | None] = {}
@@ -105,39 +109,71 @@ class Plans:
     def entries(self, graph: Graph) -> list[OpEntry]:
         """Per op, its entry. Ops and Tensors seen before (chained supernet blocks share them)
         are looked up and checked with C-level maps, not a Python loop per op; only new or
-        changed ops are worked on."""
-        if max(len(self._entries), len(self._held), len(self._kernels)) > _CAP:
+        changed ops are worked on.
+
+        Entries are kept only for graphs that share an Op object with an earlier one: a graph
+        built anew (a sampled model, a file read) gets its ops' verdicts and plans by value, and
+        leaves no objects behind that would only cost memory and garbage collections."""
+        if max(len(self._entries), len(self._held), len(self._reasons), len(self._kernels)) \
+                > _CAP:
             self._clear()
-        ops, tid = graph.ops, self._tensor_ids(graph)
+        ops = graph.ops
         entries = list(map(self._entries.get, map(id, ops), repeat(_UNSEEN)))
+        if entries.count(_UNSEEN) == len(ops) and not self._recurs(ops):
+            tid = self._tensor_values(graph.tensors)
+            return [self._entry(graph, op, tid, keep=False) for op in ops]
+        tid = self._tensor_ids(graph)
         seen = list(map(call, map(_FETCH, entries), repeat(tid)))
         if seen != list(map(_SIG, entries)):
             for i in compress(range(len(ops)), map(ne, seen, map(_SIG, entries))):
-                entries[i] = self._entry(graph, ops[i], tid)
+                entries[i] = self._entry(graph, ops[i], tid, keep=True)
         return entries
 
-    def _tensor_ids(self, graph: Graph) -> list[int]:
+    def _recurs(self, ops: tuple[Op, ...]) -> bool:
+        """Whether an Op object of a graph we kept nothing of comes back (then `ops` are
+        noted, weakly, for the next graph to find)."""
+        once = self._once
+        if any(ref is not None and ref() is op for ref, op in zip(map(once.get, map(id, ops)),
+                                                                 ops)):
+            return True
+        if len(once) > _ONCE_CAP:
+            once.clear()
+        once.update(zip(map(id, ops), map(weakref.ref, ops)))
+        return False
+
+    def _tensor_values(self, tensors: tuple) -> list[int]:
         """Per tensor, an int naming its value as deduction reads it; -1 last (index -1)."""
-        ids = list(map(self._tensor_of.get, map(id, graph.tensors)))
-        if None in ids:
-            for n, t in enumerate(graph.tensors):
-                if ids[n] is None:
-                    self._held.append(t)
-                    ids[n] = self._tensor_of[id(t)] = self._tensors.setdefault(
-                        (t.shape, t.dtype, t.is_constant, t.value), len(self._tensors))
+        values = self._tensors
+        ids = [values.setdefault((t.shape, t.dtype, t.is_constant, t.value), len(values))
+               for t in tensors]
         ids.append(-1)
         return ids
 
-    def _entry(self, graph: Graph, op: Op, tid: list[int]) -> OpEntry:
+    def _tensor_ids(self, graph: Graph) -> list[int]:
+        """`_tensor_values`, looked up by object identity (kept alive, so no id is reused)."""
+        ids = list(map(self._tensor_of.get, map(id, graph.tensors)))
+        if None in ids:
+            values = self._tensors
+            for n, t in enumerate(graph.tensors):
+                if ids[n] is None:
+                    self._held.append(t)
+                    ids[n] = self._tensor_of[id(t)] = values.setdefault(
+                        (t.shape, t.dtype, t.is_constant, t.value), len(values))
+        ids.append(-1)
+        return ids
+
+    def _entry(self, graph: Graph, op: Op, tid: list[int], keep: bool) -> OpEntry:
         kind = self._ops.setdefault((op.type, op.attrs), len(self._ops))
         key = (kind, len(op.inputs), *[tid[t] for t in op.inputs], *[tid[t] for t in op.outputs])
         why = self._reasons.get(key, _MISSING)
         if why is _MISSING:
             why = self._reasons[key] = unsupported_reason(
                 graph, op, self.rules.supported, self.rules.spatial_mean_only)
+        ins = tuple([t for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant])
+        if not keep:
+            return OpEntry(op, None, None, key, why, ins)
         refs = [t for t in (*op.inputs, *op.outputs) if t >= 0]
         fetch = itemgetter(*refs) if refs else _no_tensors
-        ins = tuple(t for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant)
         entry = self._entries[id(op)] = OpEntry(op, fetch, fetch(tid), key, why, ins)
         return entry
 

@@ -64,6 +64,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
     config: list[int] = []
     sigs: list[list[int]] = []
     seen_get, kind_of, add_config = seen.get, op_ids.get, config.append
+    fused_key = _FusedKeys(op_kinds, held).key
     for g, ks in zip(graphs, kernels):
         sig = _tensor_ids(g, interned, by_object, held)
         sigs.append(sig)
@@ -83,7 +84,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
                 ins = op.inputs
                 key = (k.type, k.part, kind, len(ins), *map(at, ins), *map(at, op.outputs))
             else:
-                key = _kernel_key(ops, k, sig)
+                key = fused_key(ops, k, at)
             cid = seen_get(key)
             if cid is None:
                 cid = seen[key] = len(seen)
@@ -168,19 +169,53 @@ def _tensor_ids(g: Graph, interned: dict[tuple, int], by_object: dict[int, int],
     return ids
 
 
-def _kernel_key(ops, k: Any, sig: list) -> tuple:
-    """The configuration of a kernel of several ops (a single op's is built inline)."""
+class _FusedKeys:
+    """Configuration keys of kernels of several ops (a single op's is built inline): the
+    kernel's type and stage, its Ops' layout (`_fused_layout`) interned as -1 - an id (negative
+    unlike a single op's kind), then the interned ids of the tensors it reads from outside and
+    writes: one short flat tuple like a single op's. The layout fixes how many ids follow, so
+    keys are as distinct as nested (type, attrs, inputs, outputs) tuples per op would be. It is
+    worked out once per sequence of Op objects (chained subnets share them)."""
+
+    def __init__(self, op_kinds: dict[tuple, int], held: list[Any]):
+        self.by_ops: dict[tuple, tuple] = {}   # ids of the Ops -> (layout, tensor indices)
+        self.layouts: dict[tuple, int] = {}
+        self.op_kinds = op_kinds
+        self.held = held                       # what those ids name, kept alive
+
+    def key(self, ops, k: Any, at: Callable[[int], int]) -> tuple:
+        ids = tuple(map(id, map(ops.__getitem__, k.ops)))
+        found = self.by_ops.get(ids)
+        if found is None:
+            members = [ops[i] for i in k.ops]
+            self.held.extend(members)
+            head, tensors = _fused_layout(members, self.op_kinds)
+            layout = -1 - self.layouts.setdefault(head, len(self.layouts))
+            found = self.by_ops[ids] = (layout, tensors)
+        layout, tensors = found
+        return (k.type, k.part, layout, *map(at, tensors))
+
+
+def _fused_layout(members: list, op_kinds: dict[tuple, int]) -> tuple[tuple, tuple]:
+    """What a fused kernel's key reads of its Ops: a head of ints and the tensor indices whose
+    interned ids follow it. Per op the head holds its interned (type, attrs), input and output
+    counts and per input 0, or 1 + the position of its producer when that is inside the kernel
+    (fusion features count only bytes read from outside); those inputs have no tensor index."""
     inside: dict[int, int] = {}
-    parts: list[Any] = [k.type, k.part, len(k.ops)]
-    for pos, i in enumerate(k.ops):
-        op = ops[i]
-        # An input produced inside the kernel is named by its producer's position (as -2 - pos)
-        # instead of its tensor id: fusion features count only bytes read from outside.
-        ins = tuple(-2 - inside[t] if t in inside else sig[t] for t in op.inputs)
-        parts.append((op.type, op.attrs, ins, tuple([sig[t] for t in op.outputs])))
+    head: list[int] = []
+    tensors: list[int] = []
+    for pos, op in enumerate(members):
+        head += (op_kinds.setdefault((op.type, op.attrs), len(op_kinds)),
+                 len(op.inputs), len(op.outputs))
+        for t in op.inputs:
+            producer = inside.get(t)
+            head.append(0 if producer is None else 1 + producer)
+            if producer is None:
+                tensors.append(t)
+        tensors += op.outputs
         for t in op.outputs:
             inside[t] = pos
-    return tuple(parts)
+    return tuple(head), tuple(tensors)
 
 
 def _pick(feats: Mapping[str, float], names: tuple[str, ...], ktype: str) -> list[float]:

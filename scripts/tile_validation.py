@@ -255,15 +255,15 @@ def implementation(df: pd.DataFrame) -> pd.Series:
     return df["kernels"]
 
 
-def two_stage(train: pd.DataFrame, test: pd.DataFrame, folds: list,
-              min_rows: int = 3) -> tuple[np.ndarray, float, np.ndarray]:
+def two_stage(train: pd.DataFrame, test: pd.DataFrame,
+              folds: list) -> tuple[np.ndarray, float, np.ndarray]:
     """Implementation classifier (random forest; rare ones pooled) whose prediction is one more
     GBDT column. Training rows get out-of-fold predictions, so the regressor learns how far to
     trust the classifier. Returns latency, selection accuracy and the predicted sequences."""
     xtr, xte = config_columns(train), config_columns(test)
     impl = implementation(train)
     counts = impl.value_counts()
-    lab = impl.where(impl.isin(counts[counts >= min_rows].index), "_rare").to_numpy()
+    lab = impl.where(impl.isin(counts[counts >= FOREST["min_rows"]].index), "_rare").to_numpy()
     oof = np.empty(len(train), dtype=object)
     for a, b in folds:
         oof[b] = _forest().fit(xtr.iloc[a], lab[a]).predict(xtr.iloc[b])
@@ -277,8 +277,15 @@ def two_stage(train: pd.DataFrame, test: pd.DataFrame, folds: list,
     return gbdt(xtr, ytr, xte, **params), acc, pte
 
 
+# The implementation forest's size. A fully grown tree stores a value per node and class: with
+# the three random sweeps (74,496 rows, 537 implementations of 3+ rows) 300 trees need ~26 GB,
+# so `evaluate --forest-trees / --min-impl-rows` shrink it (the comparison at one setting then
+# re-runs the smaller training set at the same one).
+FOREST = {"trees": 300, "min_rows": 3}
+
+
 def _forest() -> RandomForestClassifier:
-    return RandomForestClassifier(n_estimators=300, random_state=0, n_jobs=1)
+    return RandomForestClassifier(n_estimators=FOREST["trees"], random_state=0, n_jobs=1)
 
 
 def _folds(train: pd.DataFrame, split: str, seed: int) -> list:
@@ -494,6 +501,9 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--json", type=Path, default=None, help="also write the figures here")
     e.add_argument("--train-sweeps", type=int, default=None, metavar="K",
                    help="train on the first K random-geometry sweeps only (same test rows)")
+    e.add_argument("--forest-trees", type=int, default=FOREST["trees"])
+    e.add_argument("--min-impl-rows", type=int, default=FOREST["min_rows"],
+                   help="implementations with fewer training rows pooled as one class")
     pl = sub.add_parser("plot")
     pl.add_argument("path", type=Path)
     pl.add_argument("--case", type=int, default=6)
@@ -522,6 +532,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "build":
         build(args.run1, args.run2, args.meta, args.dataset, args.device_seconds)
         return
+    FOREST.update(trees=args.forest_trees, min_rows=args.min_impl_rows)
     runs = {}
     for seed in args.seed:
         res = runs[seed] = evaluate(args.split, seed, tuned=not args.no_tuned,

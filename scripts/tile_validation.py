@@ -255,19 +255,26 @@ def implementation(df: pd.DataFrame) -> pd.Series:
     return df["kernels"]
 
 
-def two_stage(train: pd.DataFrame, test: pd.DataFrame,
-              folds: list) -> tuple[np.ndarray, float, np.ndarray]:
+# The implementation forest's size. A fully grown tree stores a value per node and class: with
+# the three random sweeps (74,496 rows, 537 implementations of 3+ rows) 300 trees need ~26 GB,
+# so `evaluate --forest-trees / --min-impl-rows` shrink it (the comparison at one setting then
+# re-runs the smaller training set at the same one).
+FOREST_TREES, MIN_IMPL_ROWS = 300, 3
+
+
+def two_stage(train: pd.DataFrame, test: pd.DataFrame, folds: list, trees: int = FOREST_TREES,
+              min_rows: int = MIN_IMPL_ROWS) -> tuple[np.ndarray, float, np.ndarray]:
     """Implementation classifier (random forest; rare ones pooled) whose prediction is one more
     GBDT column. Training rows get out-of-fold predictions, so the regressor learns how far to
     trust the classifier. Returns latency, selection accuracy and the predicted sequences."""
     xtr, xte = config_columns(train), config_columns(test)
     impl = implementation(train)
     counts = impl.value_counts()
-    lab = impl.where(impl.isin(counts[counts >= FOREST["min_rows"]].index), "_rare").to_numpy()
+    lab = impl.where(impl.isin(counts[counts >= min_rows].index), "_rare").to_numpy()
     oof = np.empty(len(train), dtype=object)
     for a, b in folds:
-        oof[b] = _forest().fit(xtr.iloc[a], lab[a]).predict(xtr.iloc[b])
-    pte = _forest().fit(xtr, lab).predict(xte)
+        oof[b] = _forest(trees).fit(xtr.iloc[a], lab[a]).predict(xtr.iloc[b])
+    pte = _forest(trees).fit(xtr, lab).predict(xte)
     cats = pd.Categorical(np.concatenate([lab, pte])).categories
     xtr = xtr.assign(impl=pd.Categorical(oof, categories=cats).codes)
     xte = xte.assign(impl=pd.Categorical(pte, categories=cats).codes)
@@ -277,15 +284,8 @@ def two_stage(train: pd.DataFrame, test: pd.DataFrame,
     return gbdt(xtr, ytr, xte, **params), acc, pte
 
 
-# The implementation forest's size. A fully grown tree stores a value per node and class: with
-# the three random sweeps (74,496 rows, 537 implementations of 3+ rows) 300 trees need ~26 GB,
-# so `evaluate --forest-trees / --min-impl-rows` shrink it (the comparison at one setting then
-# re-runs the smaller training set at the same one).
-FOREST = {"trees": 300, "min_rows": 3}
-
-
-def _forest() -> RandomForestClassifier:
-    return RandomForestClassifier(n_estimators=FOREST["trees"], random_state=0, n_jobs=1)
+def _forest(trees: int = FOREST_TREES) -> RandomForestClassifier:
+    return RandomForestClassifier(n_estimators=trees, random_state=0, n_jobs=1)
 
 
 def _folds(train: pd.DataFrame, split: str, seed: int) -> list:
@@ -335,8 +335,9 @@ def paper_rows(train: pd.DataFrame, test: pd.DataFrame, impl: np.ndarray) -> dic
 SPLITS = ("random", "case", "geometries", "cases+random", "cases+random-lenient")
 
 
-def evaluate(split: str, seed: int, tuned: bool = True,
-             train_sweeps: int | None = None) -> dict[str, dict[str, float]]:
+def evaluate(split: str, seed: int, tuned: bool = True, train_sweeps: int | None = None,
+             trees: int = FOREST_TREES, min_rows: int = MIN_IMPL_ROWS
+             ) -> dict[str, dict[str, float]]:
     """Every method on one split (`split_rows`); `tuned=False` leaves out (3') and (4').
     `train_sweeps` = k trains on the random geometries of the first k sweeps only
     (`geometry_sweeps()` order), the test rows staying those of the split over all of them:
@@ -349,7 +350,7 @@ def evaluate(split: str, seed: int, tuned: bool = True,
         tr = tr[((rows["source"] == "cases") | rows["sweep"].isin(kept)).to_numpy()]
     train, test = df.iloc[tr], df.iloc[te]
     folds = _folds(train, "random" if split == "random" else "case", seed)
-    staged, sel_acc, impl = two_stage(train, test, folds)
+    staged, sel_acc, impl = two_stage(train, test, folds, trees, min_rows)
     out = paper_rows(train, test, impl)
     flops = np.empty(len(test))
     for dt in ("fp16", "fp32"):
@@ -501,8 +502,8 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--json", type=Path, default=None, help="also write the figures here")
     e.add_argument("--train-sweeps", type=int, default=None, metavar="K",
                    help="train on the first K random-geometry sweeps only (same test rows)")
-    e.add_argument("--forest-trees", type=int, default=FOREST["trees"])
-    e.add_argument("--min-impl-rows", type=int, default=FOREST["min_rows"],
+    e.add_argument("--forest-trees", type=int, default=FOREST_TREES)
+    e.add_argument("--min-impl-rows", type=int, default=MIN_IMPL_ROWS,
                    help="implementations with fewer training rows pooled as one class")
     pl = sub.add_parser("plot")
     pl.add_argument("path", type=Path)
@@ -532,11 +533,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "build":
         build(args.run1, args.run2, args.meta, args.dataset, args.device_seconds)
         return
-    FOREST.update(trees=args.forest_trees, min_rows=args.min_impl_rows)
     runs = {}
     for seed in args.seed:
         res = runs[seed] = evaluate(args.split, seed, tuned=not args.no_tuned,
-                                        train_sweeps=args.train_sweeps)
+                                        train_sweeps=args.train_sweeps,
+                                        trees=args.forest_trees, min_rows=args.min_impl_rows)
         print(f"| method ({args.split} split, seed {seed}) | within ±10% | ±10%, reproducible "
               "rows | RMSE (ms) | MAPE | MdAPE | selection acc |\n|---|---|---|---|---|---|---|")
         for name, m in res.items():

@@ -62,25 +62,25 @@ def operator_buffers(graph: Graph, op: Op) -> tuple[int, int]:
 def buffers_total(graph: Graph, ops, configs: OpConfigs | None = None) -> int:
     """Packed weights plus indirection buffers of the delegated operators `ops` (indices);
     with `configs` (`configs.batch_configs`), once per op configuration."""
-    graph_ops, tensors = graph.ops, graph.tensors
-    total = 0
     if configs is None:
-        for i in ops:
-            op = graph_ops[i]
-            if op.type in _WITH_BUFFERS:
-                total += sum(_buffers(_signature(tensors, op)))
-        return total
+        return sum(_op_buffers(graph, i) for i in ops)
     known, of_op = configs.buffers, configs.of_op
+    total = 0
     for i in ops:
         c = of_op[i]
         both = known.get(c)
         if both is None:
-            op = graph_ops[i]
-            both = sum(_buffers(_signature(tensors, op))) if op.type in _WITH_BUFFERS else 0
+            both = _op_buffers(graph, i)
             if c >= 0:
                 known[c] = both
         total += both
     return total
+
+
+def _op_buffers(graph: Graph, i: int) -> int:
+    """Packed weights plus indirection buffer of op `i` (0 for an op without them)."""
+    op = graph.ops[i]
+    return sum(_buffers(_signature(graph.tensors, op))) if op.type in _WITH_BUFFERS else 0
 
 
 def _signature(tensors, op: Op) -> tuple:

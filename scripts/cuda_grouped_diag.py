@@ -89,11 +89,25 @@ def pattern() -> None:
         acc.append(a)
         model = lgb.LGBMRegressor(**reg).fit(np.column_stack([g.loc[tr, feats], inner]), y[tr])
         p[te] = model.predict(np.column_stack([g.loc[te, feats], outer]))
+    # Trained on the pattern cuDNN ran (one-hot of the top-8 classes), given the classifier's
+    # probabilities or its most likely class at test time (as scripts/tile_select.py does for
+    # cuDNN's dense convolutions).
+    classes = np.unique(g.pattern_top)
+    truth = (g.pattern_top.to_numpy()[:, None] == classes[None, :]).astype(float)
+    p_soft, p_hard = np.zeros(len(g)), np.zeros(len(g))
+    for tr, te in folds:
+        outer, _ = probs(tr, te)
+        model = lgb.LGBMRegressor(**reg).fit(np.column_stack([g.loc[tr, feats], truth[tr]]), y[tr])
+        p_soft[te] = model.predict(np.column_stack([g.loc[te, feats], outer]))
+        hard = (outer == outer.max(1, keepdims=True)).astype(float)
+        p_hard[te] = model.predict(np.column_stack([g.loc[te, feats], hard]))
     print(f"{len(g)} grouped-conv rows, {g.pattern.nunique()} launch patterns")
     print(f"  features alone:                    {cv(feats):.1f}% per kernel")
     print(f"  + the pattern cuDNN ran (oracle):  {cv(feats + ['pattern']):.1f}%")
     print(f"  + a pattern classifier's probabilities: {score(p):.1f}% "
           f"(classifier accuracy {np.mean(acc):.3f})")
+    print(f"  trained on the true class, given the probabilities: {score(p_soft):.1f}%")
+    print(f"  trained on the true class, given the likeliest class: {score(p_hard):.1f}%")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from latpred.errors import PredictorError
 from latpred.features import FEATURES
 from latpred.predictors import LatencyModel, PercentGBDT, SearchSpec, launch
 from latpred.predictors.adapt import AdaptedRegressor
-from latpred.predictors.launch import LaunchStaged
+from latpred.predictors.launch import LaunchClassifier, LaunchStaged
 
 ROOT = Path(__file__).resolve().parents[1]
 SYN = ROOT / "datasets" / "h100-cuda-synthetic"
@@ -171,3 +171,17 @@ def test_adapted_staged_regressor_round_trips(cuda):
     back = AdaptedRegressor.restore(data, params)
     assert np.array_equal(back.predict(X), adapted.predict(X))
     assert np.allclose(adapted.predict(X), 1.3 * staged.predict(X))
+
+
+def test_the_regressor_gets_the_likeliest_class_one_hot(cuda):
+    model, _, _ = cuda
+    clf = model.types[GROUPED].regressor.classifier
+    X = np.random.default_rng(1).uniform(1, 64, (30, clf.n_features))
+    cols, P = clf.stage_columns(X), clf.predict_proba(X)
+    assert clf.encoding == "one_hot"
+    assert np.array_equal(cols.sum(axis=1), np.ones(len(X))) and set(np.unique(cols)) <= {0, 1}
+    assert np.array_equal(cols.argmax(axis=1), P.argmax(axis=1))
+    # A classifier saved before the one-hot stage (no "encoding") feeds its probabilities.
+    data, params = clf.export()
+    params.pop("encoding")
+    assert np.array_equal(LaunchClassifier.restore(data, params).stage_columns(X), P)

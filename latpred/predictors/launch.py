@@ -13,10 +13,13 @@ carry the CUDA datasets' `launches` column (every row of the type), training add
   "+elementwise+activation") are reduced to the `TOP_PATTERNS` commonest, the rest to one
   "other" class; a LightGBM classifier of those classes is trained on the type's features
   but the graph-level `context_bytes` (cuDNN chooses from the convolution alone);
-- its out-of-fold class probabilities for the training rows (GroupKFold by model, `FOLDS`
-  folds; each row's from a classifier that never saw the row's model) become extra columns
-  `launch_p0..` of the type's regressor, so it learns from probabilities as honest as those it
-  will get; the classifier refitted on every row then fills the columns at prediction.
+- the regressor is trained on the pattern class each training row really ran (one-hot
+  columns `launch_p0..`) and, at prediction, given the classifier's likeliest class the same
+  way (one-hot). Trained on out-of-fold probabilities instead (the first version), it learned
+  to hedge between patterns and erred 11.6% per kernel in the diagnostic's CV against 9.5%
+  this way (`scripts/cuda_grouped_diag.py pattern`; probabilities fed to a regressor trained
+  on the true class: 46%). The classifier's out-of-fold accuracy (GroupKFold by model,
+  `FOLDS` folds) is still computed and stored in the fit's metrics.
 
 The type's TypeFit then holds a `LaunchStaged` regressor: it takes the type's usual feature
 rows and appends the classifier's probabilities itself, so `predict`, the batched path and
@@ -25,9 +28,9 @@ without `launches` (every non-CUDA target) train no stage and exactly the model 
 before. The classifier is saved as a LightGBM text model next to the regressor's artifact,
 its sha256 in predictor.json (predictors/persist.py).
 
-Protocol (a) on h100-cuda-synthetic (GBDT): grouped convs 14.6% -> 12.6% per kernel, end to
-end 3.91% -> 3.63%, though 93% of models within 10% instead of 96% (a wrongly classified
-pattern moves a model further); protocol (c) on the zoo unchanged (2.72%).
+Protocol (a) on h100-cuda-synthetic (GBDT), probabilities: grouped convs 14.6% -> 12.6% per
+kernel, end to end 3.91% -> 3.63%; protocol (c) on the zoo unchanged (2.72%). One-hot: see
+docs/results/cuda-campaigns/README.md, session 12.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ OTHER = "other"
 FOLDS = 5                 # out-of-fold probabilities: GroupKFold by model
 MIN_ROWS = 20             # fewer training rows of the type: no stage
 COLUMN_PREFIX = "launch_p"
+ONE_HOT, PROBABILITIES = "one_hot", "probabilities"   # what the regressor's columns hold
+ENCODINGS = (ONE_HOT, PROBABILITIES)
 ARTIFACT_SUFFIX = ".launch.lgb.txt"
 # Fixed, small: `scripts/cuda_grouped_diag.py pattern`'s classifier (95% accurate on held-out
 # models of h100-cuda-synthetic).
@@ -100,7 +105,10 @@ class LaunchClassifier:
     family: ClassVar[str] = "launch_classifier"
 
     def __init__(self, classes: Sequence[str], booster: Any, features: Sequence[str],
-                 inputs: Sequence[str]):
+                 inputs: Sequence[str], encoding: str = ONE_HOT):
+        if encoding not in ENCODINGS:
+            raise ValueError(f"unknown launch-column encoding {encoding!r}")
+        self.encoding = encoding
         self.classes = tuple(classes)
         self.booster = booster
         self.features = tuple(features)
@@ -131,6 +139,13 @@ class LaunchClassifier:
         P = self.booster.predict(X, num_threads=1)
         return np.asarray(P, dtype=np.float64).reshape(len(X), len(self.classes))
 
+    def stage_columns(self, X: np.ndarray) -> np.ndarray:
+        """The columns the regressor reads beside the type's features: the likeliest class,
+        one-hot (predictors saved before the one-hot stage: the probabilities they were
+        trained on)."""
+        P = self.predict_proba(X)
+        return P if self.encoding == PROBABILITIES else one_hot(P.argmax(axis=1), P.shape[1])
+
     def columns(self) -> list[str]:
         return [f"{COLUMN_PREFIX}{i}" for i in range(len(self.classes))]
 
@@ -138,7 +153,8 @@ class LaunchClassifier:
     def export(self) -> tuple[bytes, dict[str, Any]]:
         return (self.booster.model_to_string().encode(),
                 {"classes": list(self.classes), "features": list(self.features),
-                 "inputs": list(self.inputs), "params": dict(CLASSIFIER_PARAMS)})
+                 "inputs": list(self.inputs), "params": dict(CLASSIFIER_PARAMS),
+                 "encoding": self.encoding})
 
     @classmethod
     def restore(cls, data: bytes, params: dict[str, Any]) -> "LaunchClassifier":
@@ -150,7 +166,14 @@ class LaunchClassifier:
         if not set(inputs) <= set(features) or booster.num_feature() != len(inputs) or \
                 booster.num_model_per_iteration() != len(classes):
             raise ValueError("the launch classifier does not match its declared shape")
-        return cls(classes, booster, features, inputs)
+        # Artifacts written before the one-hot stage have no "encoding": probabilities.
+        return cls(classes, booster, features, inputs, params.get("encoding", PROBABILITIES))
+
+
+def one_hot(labels: np.ndarray, n_classes: int) -> np.ndarray:
+    out = np.zeros((len(labels), n_classes))
+    out[np.arange(len(labels)), labels] = 1.0
+    return out
 
 
 def out_of_fold(X: np.ndarray, labels: np.ndarray, classes: Sequence[str],
@@ -176,8 +199,9 @@ def out_of_fold(X: np.ndarray, labels: np.ndarray, classes: Sequence[str],
 
 def fit_stage(X: np.ndarray, features: Sequence[str], rows: pd.DataFrame, seed: int = 0
               ) -> tuple[LaunchClassifier, np.ndarray, dict[str, Any]]:
-    """The classifier (fitted on every row), the rows' out-of-fold probabilities and metrics,
-    for training rows that `applies` accepts (X: their rows of `features`, in row order)."""
+    """The classifier (fitted on every row), the regressor's extra training columns (each
+    row's true class, one-hot) and metrics (the classifier's out-of-fold accuracy), for
+    training rows that `applies` accepts (X: their rows of `features`, in row order)."""
     X = np.asarray(X, dtype=np.float64)
     patterns = launch_patterns(rows[LAUNCH_COLUMN])
     classes, labels = pattern_classes(patterns)
@@ -186,7 +210,7 @@ def fit_stage(X: np.ndarray, features: Sequence[str], rows: pd.DataFrame, seed: 
     clf = LaunchClassifier.fit(X, labels, classes, features, seed)
     metrics = {"n_patterns": int(len(set(patterns))), "n_classes": len(classes),
                "oof_accuracy": float(np.mean(np.argmax(oof, axis=1) == labels))}
-    return clf, oof, metrics
+    return clf, one_hot(labels, len(classes)), metrics
 
 
 class LaunchStaged(LatencyRegressor):
@@ -207,4 +231,4 @@ class LaunchStaged(LatencyRegressor):
 
     def predict(self, X: Any) -> np.ndarray:
         X = self._check_predict(X)
-        return self.regressor.predict(np.hstack([X, self.classifier.predict_proba(X)]))
+        return self.regressor.predict(np.hstack([X, self.classifier.stage_columns(X)]))

@@ -171,8 +171,9 @@ def fit_type(kernel_type: str, rows: pd.DataFrame, spec: SearchSpec, seed: int,
              features: tuple[str, ...] | None = None) -> TypeFit:
     """Search and fit the regressor of one kernel type on its rows (on `features`, by default
     its `feature_schema`); a type of `launch.LAUNCH_TYPES` whose rows carry `launches` gets
-    the launch-pattern stage (predictors/launch.py): its regressor also sees the out-of-fold
-    probabilities of a pattern classifier, and the fit holds a `LaunchStaged` regressor."""
+    the launch-pattern stage (predictors/launch.py): its regressor also sees the launch pattern
+    (trained on the true one, given a pattern classifier's at prediction), and the fit holds a
+    `LaunchStaged` regressor."""
     features = features or feature_schema(kernel_type, rows)
     if not features:
         raise DatasetError(f"Kernel type {kernel_type} has no feature column with a value on "
@@ -185,11 +186,11 @@ def fit_type(kernel_type: str, rows: pd.DataFrame, spec: SearchSpec, seed: int,
     stage = launch.fit_stage(X.to_numpy(), features, rows, seed) \
         if launch.applies(kernel_type, rows) else None
     if stage is not None:
-        classifier, oof, _ = stage
-        X = pd.concat([X, pd.DataFrame(oof, columns=classifier.columns())], axis=1)
+        classifier, classes, _ = stage
+        X = pd.concat([X, pd.DataFrame(classes, columns=classifier.columns())], axis=1)
     result = fit_searched(spec, X, y, seed=seed, groups=groups)
     # The training error on the columns the regressor was fitted on (with the stage: the
-    # out-of-fold probabilities, not the refitted classifier's in-sample ones).
+    # true pattern classes, not the classifier's).
     pred = result.estimator.predict(X)
     metrics = {"n_rows": int(len(y)), "search": spec.name, "n_candidates": result.n_candidates,
                "best_params": result.best_params, "cv_mape": result.cv_mape,

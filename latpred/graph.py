@@ -151,6 +151,16 @@ class Graph:
             self._cache["consumers"] = {t: tuple(v) for t, v in cons.items()}
         return self._cache["consumers"]
 
+    @property
+    def segments(self) -> tuple[tuple[tuple[Op, ...], tuple[Tensor, ...]], ...] | None:
+        """How a graph `latpred.pytorch.compose.chain` made is joined (None for other graphs):
+        per part in order, its ops (the very Op objects: together they are `ops`) and its
+        tensors, whose values (all but the name) `tensors` repeats: the first part's all, each
+        next part's all but its input (that is the tensor before them, the previous part's
+        output). Deduction and featurization look parts up by identity instead of every op and
+        tensor (NAS candidates chained from cached blocks share them)."""
+        return self._cache.get("segments")
+
     def producer(self, tensor: int) -> int | None:
         return self.producers.get(tensor)
 

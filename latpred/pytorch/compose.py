@@ -67,6 +67,7 @@ def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph
     ops: list[Op] = []
     consumers: dict[int, tuple[int, ...]] = {}
     producers: dict[int, int] = {}
+    segments: list[tuple[tuple[Op, ...], tuple[Tensor, ...]]] = []
     for k, g in enumerate(graphs):
         part = _part(g, k)
         if k and tensors[-1].shape != part.tensors[0].shape:
@@ -85,8 +86,10 @@ def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph
         if joint is not None and offset in placed.consumers:
             consumers[offset] = joint + placed.consumers[offset]
         producers.update(placed.producers)
+        segments.append((placed.ops, part.tensors))
     out = Graph(tuple(tensors), tuple(ops), (0,), (len(tensors) - 1,), name)
-    out._cache.update(consumers=consumers, producers=producers)   # what Graph would derive
+    # What Graph would derive, and how the graph is joined (`Graph.segments`).
+    out._cache.update(consumers=consumers, producers=producers, segments=tuple(segments))
     return out
 
 

@@ -134,11 +134,16 @@ class _Lowering:
 
     @cached_property
     def written_by(self) -> dict[int, int]:
-        """Tensor -> the op of the subset that writes it (for the whole graph: its producers,
-        which a chained graph carries ready)."""
-        if self.whole:
-            return self.graph.producers
+        """Tensor -> the op of the subset that writes it (not for the whole graph: `writer`)."""
         return {t: i for i in self.ops for t in self.graph.ops[i].outputs}
+
+    def writer(self, t: int) -> int:
+        """The op of the subset that writes tensor t, or -1. For the whole graph its producer,
+        asked per tensor: a chained graph looks it up in its parts' maps."""
+        if self.whole:
+            p = self.graph.producer(t)
+            return -1 if p is None else p
+        return self.written_by.get(t, -1)
 
     def resolve(self, t: int) -> int:
         while t in self.alias:
@@ -224,7 +229,7 @@ class _Lowering:
 
     def _latest_first(self, ins: tuple[int, ...]) -> tuple[int, ...]:
         """IsAssociativeLinkableOp: without broadcasting, read the last-written input first."""
-        written = [self.written_by.get(t, -1) for t in ins]
+        written = [self.writer(t) for t in ins]
         latest = max(range(len(ins)), key=lambda k: (written[k], -k))
         order = list(ins)
         order[0], order[latest] = order[latest], order[0]

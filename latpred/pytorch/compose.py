@@ -20,6 +20,7 @@ or widths), so chaining mostly joins lists of existing ops and merges ready dict
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -43,16 +44,20 @@ class _Part:
     absent: tuple[int, ...]           # positions in refs of absent optional inputs (-1)
     bounds: tuple[tuple[int, int, int], ...]    # per op: its inputs refs[a:b], outputs [b:c]
     protos: tuple[dict, ...]          # per op: its type, attrs and attr_dict
+    consumers: dict[int, tuple[int, ...]]   # of `ops` (Graph's derivation), shifted to place
+    producers: dict[int, int]
     placed: dict = field(default_factory=dict)  # (offset, op offset) -> _Placed
 
 
 @dataclass(frozen=True)
 class _Placed:
-    """A part's ops and maps at one tensor offset and op offset."""
+    """A part's ops and maps at one tensor offset and op offset, and its entry in a chained
+    graph's `segments` (made once: a chain joins existing objects)."""
 
     ops: tuple[Op, ...]
     consumers: dict[int, tuple[int, ...]]
     producers: dict[int, int]
+    segment: tuple[tuple[Op, ...], tuple[Tensor, ...]]
 
 
 def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph:
@@ -65,9 +70,8 @@ def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph
         raise ShapeError("chain needs at least one graph.")
     tensors: list[Tensor] = []
     ops: list[Op] = []
-    consumers: dict[int, tuple[int, ...]] = {}
-    producers: dict[int, int] = {}
-    segments: list[tuple[tuple[Op, ...], tuple[Tensor, ...]]] = []
+    placed_parts: list[_Placed] = []
+    starts: list[int] = []            # per part: the index of its input tensor
     for k, g in enumerate(graphs):
         part = _part(g, k)
         if k and tensors[-1].shape != part.tensors[0].shape:
@@ -81,16 +85,54 @@ def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph
                            t.value) for t in kept]
         tensors.extend(kept)
         ops.extend(placed.ops)
-        joint = consumers.get(offset) if k else None   # read inside the graph before, too
-        consumers.update(placed.consumers)
-        if joint is not None and offset in placed.consumers:
-            consumers[offset] = joint + placed.consumers[offset]
-        producers.update(placed.producers)
-        segments.append((placed.ops, part.tensors))
+        placed_parts.append(placed)
+        starts.append(offset)
     out = Graph(tuple(tensors), tuple(ops), (0,), (len(tensors) - 1,), name)
-    # What Graph would derive, and how the graph is joined (`Graph.segments`).
-    out._cache.update(consumers=consumers, producers=producers, segments=tuple(segments))
+    # How the graph is joined (`Graph.segments`); its maps are joined from the parts' when
+    # asked for (`_Joined`).
+    out._cache.update(segments=tuple([p.segment for p in placed_parts]),
+                      joined=_Joined(placed_parts, starts))
     return out
+
+
+class _Joined:
+    """A chained graph's consumer and producer maps (what Graph would derive), from its parts'
+    placed maps: whole when Graph.consumers or producers is asked for, or one tensor at a time
+    (Graph.producer, consumers_of: GPU deduction asks for a few tensors a graph, so most
+    chained graphs never join the whole maps)."""
+
+    __slots__ = ("placed", "starts")
+
+    def __init__(self, placed: list[_Placed], starts: list[int]):
+        self.placed, self.starts = placed, starts
+
+    def maps(self) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
+        consumers: dict[int, tuple[int, ...]] = {}
+        producers: dict[int, int] = {}
+        for k, (placed, offset) in enumerate(zip(self.placed, self.starts)):
+            joint = consumers.get(offset) if k else None   # read inside the graph before, too
+            consumers.update(placed.consumers)
+            if joint is not None and offset in placed.consumers:
+                consumers[offset] = joint + placed.consumers[offset]
+            producers.update(placed.producers)
+        return consumers, producers
+
+    def _parts_of(self, t: int) -> list[_Placed]:
+        """The parts whose maps can hold tensor t: the one it is inside, and the next one when
+        t is that one's input (the tensors of part k are starts[k] .. starts[k + 1])."""
+        k = bisect_left(self.starts, t)
+        if k < len(self.starts) and self.starts[k] == t:
+            return self.placed[max(k - 1, 0):k + 1]
+        return self.placed[k - 1:k] if k else []
+
+    def producer(self, t: int) -> int | None:
+        found = None
+        for placed in self._parts_of(t):   # a later part's entry wins, as in `maps`
+            found = placed.producers.get(t, found)
+        return found
+
+    def consumers_of(self, t: int) -> tuple[int, ...]:
+        return sum((placed.consumers.get(t, ()) for placed in self._parts_of(t)), ())
 
 
 def _part(g: Graph, k: int) -> _Part:
@@ -120,8 +162,10 @@ def _prepare(g: Graph) -> _Part:
         bounds.append((a, b, len(refs)))
     protos = tuple({"type": op.type, "attrs": op.attrs, "attr_dict": op.attr_dict}
                    for op in ops)
+    view = Graph((), ops, (), ())
     return _Part(tuple(g.tensors[t] for t in order), ops, np.asarray(refs, dtype=np.int64),
-                 tuple(i for i, t in enumerate(refs) if t < 0), tuple(bounds), protos)
+                 tuple(i for i, t in enumerate(refs) if t < 0), tuple(bounds), protos,
+                 view.consumers, view.producers)
 
 
 def _placed(part: _Part, offset: int, op_offset: int) -> _Placed:
@@ -130,10 +174,12 @@ def _placed(part: _Part, offset: int, op_offset: int) -> _Placed:
         if len(part.placed) >= _PLACED_CAP:
             part.placed.clear()
         ops = tuple(_shifted(part, offset)) if offset else part.ops
-        view = Graph((), ops, (), ())     # its maps: Graph's own derivation, shifted by op_offset
+        # The maps Graph would derive from `ops`: the part's, every tensor (all >= 0 there)
+        # shifted by offset and every op by op_offset, in the same order.
         placed = part.placed[(offset, op_offset)] = _Placed(
-            ops, {t: tuple([i + op_offset for i in v]) for t, v in view.consumers.items()},
-            {t: i + op_offset for t, i in view.producers.items()})
+            ops, {t + offset: tuple([i + op_offset for i in v])
+                  for t, v in part.consumers.items()},
+            {t + offset: i + op_offset for t, i in part.producers.items()}, (ops, part.tensors))
     return placed
 
 

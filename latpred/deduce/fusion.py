@@ -106,11 +106,11 @@ def merge_elementwise_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[Gpu
     uses = Counter(chain.from_iterable(map(attrgetter("inputs"), nodes)))
     for t in blocked:
         uses[t] += 1  # read outside the delegate: it must survive
-    writers: dict[int, list[int]] = {}  # tensor -> the live nodes whose first output it is
-    for i, n in enumerate(nodes):
-        if n.outputs:
-            writers.setdefault(n.outputs[0], []).append(i)
-    producer = {t: w[-1] for t, w in writers.items()}  # the last of them, as a dict would keep
+    firsts = [n.outputs[0] if n.outputs else None for n in nodes]
+    # tensor -> the last live node whose first output it is; the list of them all (`writers`)
+    # is made at the first fusion, from the nodes as they were (most graphs have none).
+    producer = {t: i for i, t in enumerate(firsts) if t is not None}
+    writers: dict[int, list[int]] | None = None
     r = 1
     while r < len(nodes):
         root = nodes[r]
@@ -122,6 +122,11 @@ def merge_elementwise_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[Gpu
             r += 1
             continue
         keep, drop = fused
+        if writers is None:
+            writers = {}
+            for i, t in enumerate(firsts):
+                if t is not None:
+                    writers.setdefault(t, []).append(i)
         # The kept node wrote the root input it fed; it now writes the root's output.
         _rewrite(writers, producer, keep, (root.inputs[prev.index(keep)],), root.outputs)
         for d in drop:

@@ -239,17 +239,21 @@ class Plans:
         return plan
 
     def kernels(self, nodes: list[GpuNode], entries: list[OpEntry]) -> list[Kernel]:
-        """The Kernels of fused nodes, shared with earlier graphs' equal ones."""
+        """The Kernels of fused nodes, shared with earlier graphs' equal ones: found by the
+        node's type, ops, rule and stage, and the types of the ops fused in (which its rule
+        text names), without writing the text again."""
         out, known = [], self._kernels
         for n in nodes:
-            rule = n.rule
-            if len(n.ops) > 1:
-                fused = ", ".join([f"{entries[i].type}#{i}" for i in n.ops[1:]])
-                rule = f"{rule}; fused {fused}"
-            key = (n.type, n.ops, rule, n.part)
+            ops = n.ops
+            key = (n.type, ops, n.rule, n.part) if len(ops) == 1 else \
+                (n.type, ops, n.rule, n.part, *[entries[i].type for i in ops[1:]])
             k = known.get(key)
             if k is None:
-                k = known[key] = Kernel(n.type, key[1], "gpu", rule, False, n.part)
+                rule = n.rule
+                if len(ops) > 1:
+                    fused = ", ".join([f"{entries[i].type}#{i}" for i in ops[1:]])
+                    rule = f"{rule}; fused {fused}"
+                k = known[key] = Kernel(n.type, ops, "gpu", rule, False, n.part)
             out.append(k)
         return out
 

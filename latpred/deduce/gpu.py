@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import itertools
 from functools import cached_property
+from itertools import repeat
+from operator import attrgetter, is_
 
 from latpred.deduce import conv_selection as cs
 from latpred.deduce.cpu import cpu_kernel
@@ -32,6 +34,7 @@ from latpred.graph import Graph
 from latpred.target import Target
 
 _PAD_INTO = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D")
+_REASON = attrgetter("reason")
 
 
 def deduce_gpu(graph: Graph, target: Target) -> list[Kernel]:
@@ -39,8 +42,8 @@ def deduce_gpu(graph: Graph, target: Target) -> list[Kernel]:
     cpu_rules = CPU_RULES[target.device.cpu_rules]
     plans = plans_for(rules, target.device.gpu)
     entries = plans.entries(graph)
-    reasons = [e.reason for e in entries]
-    subsets = partition(graph, [r is None for r in reasons])
+    reasons = list(map(_REASON, entries))   # C-level passes: a candidate has ~130 ops
+    subsets = partition(graph, list(map(is_, reasons, repeat(None))))
     delegated = _delegated(subsets, rules.max_partitions)
     kernels: list[Kernel] = []
     for n, (supported, ops) in enumerate(subsets):

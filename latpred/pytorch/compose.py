@@ -117,22 +117,25 @@ class _Joined:
             producers.update(placed.producers)
         return consumers, producers
 
-    def _parts_of(self, t: int) -> list[_Placed]:
-        """The parts whose maps can hold tensor t: the one it is inside, and the next one when
-        t is that one's input (the tensors of part k are starts[k] .. starts[k + 1])."""
-        k = bisect_left(self.starts, t)
-        if k < len(self.starts) and self.starts[k] == t:
-            return self.placed[max(k - 1, 0):k + 1]
-        return self.placed[k - 1:k] if k else []
+    # Part k's tensors are starts[k] (its input, the previous part's output) to starts[k + 1]:
+    # a tensor is in the maps of the part it is inside, and of the next part too when it is
+    # that one's input (a later part's entry comes last, as in `maps`).
 
     def producer(self, t: int) -> int | None:
-        found = None
-        for placed in self._parts_of(t):   # a later part's entry wins, as in `maps`
-            found = placed.producers.get(t, found)
+        starts, placed = self.starts, self.placed
+        k = bisect_left(starts, t)
+        found = placed[k - 1].producers.get(t) if k else None
+        if k < len(starts) and starts[k] == t:
+            found = placed[k].producers.get(t, found)
         return found
 
     def consumers_of(self, t: int) -> tuple[int, ...]:
-        return sum((placed.consumers.get(t, ()) for placed in self._parts_of(t)), ())
+        starts, placed = self.starts, self.placed
+        k = bisect_left(starts, t)
+        found = placed[k - 1].consumers.get(t, ()) if k else ()
+        if k < len(starts) and starts[k] == t:
+            return found + placed[k].consumers.get(t, ())
+        return found
 
 
 def _part(g: Graph, k: int) -> _Part:

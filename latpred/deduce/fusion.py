@@ -15,7 +15,7 @@ MergeElementwiseNodes).
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from collections import Counter
 from itertools import chain, repeat
 from operator import attrgetter
@@ -111,15 +111,23 @@ def merge_elementwise_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[Gpu
     # is made at the first fusion, from the nodes as they were (most graphs have none).
     producer = {t: i for i, t in enumerate(firsts) if t is not None}
     writers: dict[int, list[int]] | None = None
-    r = 1
-    while r < len(nodes):
+    # The nodes that can be roots, and the simple ones (linkable, one input, one output), one
+    # of which every pattern fuses into its root: neither changes as nodes fuse (a kept node is
+    # simple and stays so), so a root fed by no simple node is passed over.
+    roots = [r for r, n in enumerate(nodes)
+             if r and n.linkable and len(n.outputs) == 1 and len(n.inputs) in (1, 2)]
+    simple = [n.linkable and len(n.inputs) == 1 and len(n.outputs) == 1 for n in nodes]
+    at = 0
+    while at < len(roots):
+        r = roots[at]
+        at += 1
         root = nodes[r]
-        fused = None
-        if alive[r] and root.linkable and len(root.outputs) == 1 and len(root.inputs) in (1, 2):
-            prev = [producer.get(t) for t in root.inputs]
-            fused = _fuse_pattern(nodes, r, prev, uses, producer)
+        p, q = producer.get(root.inputs[0]), producer.get(root.inputs[-1])
+        if not (alive[r] and ((p is not None and simple[p]) or (q is not None and simple[q]))):
+            continue
+        prev = [p] if len(root.inputs) == 1 else [p, q]
+        fused = _fuse_pattern(nodes, r, prev, uses, producer)
         if fused is None:
-            r += 1
             continue
         keep, drop = fused
         if writers is None:
@@ -134,8 +142,8 @@ def merge_elementwise_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[Gpu
             for t in nodes[d].inputs:
                 uses[t] -= 1
             _rewrite(writers, producer, d, nodes[d].outputs[:1], ())
-        r = keep + 1
-    return [n for n, a in zip(nodes, alive) if a]
+        at = bisect_left(roots, keep + 1)   # the scan goes on after the kept node
+    return nodes if writers is None else [n for n, a in zip(nodes, alive) if a]
 
 
 def _rewrite(writers: dict[int, list[int]], producer: dict[int, int], i: int,

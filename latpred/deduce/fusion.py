@@ -49,24 +49,29 @@ def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
     multiple outputs or a graph output").
 
     Nodes are visited in order and only later, live nodes are linked, so each tensor's consumers
-    are listed once: a consumer merged into an earlier node is never looked at again.
+    are listed once: a consumer merged into an earlier node is never looked at again. Only the
+    linkable ones are listed: a node is linked when exactly one later, live node reads its
+    output, and that one is linkable, so a later reader that is not (such nodes are never
+    linked, so always live) ends the chain; for those the last one's index is enough.
     """
-    consumers: dict[int, list[tuple[int, int]]] = {}
-    producer: dict[int, int] = {}
+    consumers: dict[int, list[tuple[int, int]]] = {}   # of linkable nodes
     for i, node in enumerate(nodes):
-        for k, t in enumerate(node.inputs):
-            users = consumers.get(t)
-            if users is None:
-                consumers[t] = [(i, k)]
-            else:
-                users.append((i, k))
-        for t in node.outputs:
-            producer[t] = i
+        if node.linkable:
+            for k, t in enumerate(node.inputs):
+                users = consumers.get(t)
+                if users is None:
+                    consumers[t] = [(i, k)]
+                else:
+                    users.append((i, k))
+    read_last = {t: i for i, n in enumerate(nodes) if not n.linkable for t in n.inputs}
+    producer = {t: i for i, n in enumerate(nodes) for t in n.outputs}
     alive = [True] * len(nodes)
     for i, node in enumerate(nodes):
         if not alive[i]:
             continue
         while len(node.outputs) == 1 and node.outputs[0] not in blocked:
+            if read_last.get(node.outputs[0], -1) > i:   # a later reader that is not linkable
+                break
             users = consumers.get(node.outputs[0], ())
             if len(users) != 1:   # the common case, one consumer, without a list
                 users = [c for c in users if c[0] > i and alive[c[0]]]

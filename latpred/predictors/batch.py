@@ -14,6 +14,7 @@ set per kernel at prediction: those groups are predicted per distinct (configura
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -196,8 +197,8 @@ def _object_ids(tensors: tuple, interned: dict[tuple, int], by_object: dict[int,
 
 
 class _OpKeys:
-    """What configuration keys read of Op objects, interned for the process (ids stay
-    consistent while the instance lives): an Op's (type, attrs) as an int, and the keys of
+    """What configuration keys read of Op objects, interned per thread (ids stay consistent
+    while the instance lives): an Op's (type, attrs) as an int, and the keys of
     kernels of several ops (a single op's is built inline): the kernel's type and stage, its
     Ops' layout (`_fused_layout`) interned as -1 - an id (negative unlike a single op's kind),
     then the interned ids of the tensors it reads from outside and writes: one short flat
@@ -207,7 +208,7 @@ class _OpKeys:
     Ops across calls (chained subnets share them; `held` keeps them alive so no id is
     reused)."""
 
-    _current: "_OpKeys | None" = None
+    _local = threading.local()   # one per thread: numbering is not atomic
 
     def __init__(self) -> None:
         self.op_kinds: dict[tuple, int] = {}
@@ -218,11 +219,12 @@ class _OpKeys:
 
     @classmethod
     def current(cls) -> "_OpKeys":
-        """The process's instance; a new one past `_KEPT_CAP` entries (a call in progress
+        """The thread's instance; a new one past `_KEPT_CAP` entries (a call in progress
         keeps the one it started with, whose ids stay consistent)."""
-        keys = cls._current
-        if keys is None or len(keys.kinds) + len(keys.fused) > _KEPT_CAP:
-            keys = cls._current = cls()
+        keys = getattr(cls._local, "keys", None)
+        if keys is None or len(keys.kinds) + len(keys.fused) + len(keys.op_kinds) \
+                + len(keys.layouts) > _KEPT_CAP:
+            keys = cls._local.keys = cls()
         return keys
 
     def fused_key(self, ops, k: Any, at: Callable[[int], int], by_ops: dict[tuple, tuple],

@@ -12,10 +12,13 @@ A NAS loop chains thousands of subnets a second, so each graph is prepared once 
 in the graph's cache): its tensors reordered to put its input first and its output last, so
 that in a chain its tensor t becomes t + offset (its input, t = 0, lands on the output of the
 graph before it, the last tensor so far). The part's ops shifted to an offset, and their
-consumer and producer maps (`Graph.consumers`/`producers`, which deduction reads) shifted to
-an offset and an op offset, are kept per offsets: in a supernet a block sits at few offsets
-(they depend on how many tensors and ops the blocks before it have, not on their kernel sizes
-or widths), so chaining mostly joins lists of existing ops and merges ready dicts.
+consumer and producer maps (`Graph.consumers`/`producers`) shifted to an offset and an op
+offset, are kept per offsets: in a supernet a block sits at few offsets (they depend on how
+many tensors and ops the blocks before it have, not on their kernel sizes or widths), so
+chaining mostly joins lists of existing ops. The chained graph says how it is joined
+(`Graph.segments`: each part's placed ops and its tensors), which deduction and featurization
+look up per part, and joins the parts' maps only when asked for them whole; a lookup of one
+tensor (`Graph.producer`, `consumers_of`, what GPU deduction asks) reads the parts' maps.
 """
 
 from __future__ import annotations

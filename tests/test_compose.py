@@ -115,10 +115,12 @@ def assert_lookups_equal(c: Graph, fresh: Graph) -> None:
 
 def test_per_tensor_lookups_of_parts_read_inside_and_after_them():
     """A part's output read inside it too (then by the next part as well), a part whose input
-    is read twice: each tensor's producer and consumers, without joining the maps."""
+    is read twice, an op with an absent output (-1): each tensor's producer and consumers,
+    without joining the maps."""
     t = [Tensor(f"t{i}", (1, 4, 4, 8)) for i in range(4)]
     inner = Graph(tuple(t), (Op("RELU", (0,), (1,)), Op("ADD", (1, 1), (2,)),
-                             Op("MUL", (1, 0), (3,)), Op("LOGISTIC", (1,), (2,))), (0,), (1,))
+                             Op("MUL", (1, 0), (3,)), Op("LOGISTIC", (1,), (2,)),
+                             Op("SPLIT", (1,), (3, -1))), (0,), (1,))   # an absent output
     for graphs in ([inner, inner], [inner, inner, inner], [inner]):
         for rename in (True, False):
             c = chain(graphs, rename=rename)

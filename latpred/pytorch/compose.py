@@ -126,6 +126,8 @@ class _Joined:
 
     def producer(self, t: int) -> int | None:
         starts, placed = self.starts, self.placed
+        if t < 0:   # an absent output (-1): any part may write it, the last one counts
+            return next((p.producers[t] for p in reversed(placed) if t in p.producers), None)
         k = bisect_left(starts, t)
         found = placed[k - 1].producers.get(t) if k else None
         if k < len(starts) and starts[k] == t:
@@ -180,12 +182,13 @@ def _placed(part: _Part, offset: int, op_offset: int) -> _Placed:
         if len(part.placed) >= _PLACED_CAP:
             part.placed.clear()
         ops = tuple(_shifted(part, offset)) if offset else part.ops
-        # The maps Graph would derive from `ops`: the part's, every tensor (all >= 0 there)
-        # shifted by offset and every op by op_offset, in the same order.
+        # The maps Graph would derive from `ops`: the part's, every tensor shifted by offset
+        # (but an absent output, -1, which stays) and every op by op_offset, in the same order.
         placed = part.placed[(offset, op_offset)] = _Placed(
             ops, {t + offset: tuple([i + op_offset for i in v])
-                  for t, v in part.consumers.items()},
-            {t + offset: i + op_offset for t, i in part.producers.items()}, (ops, part.tensors))
+                  for t, v in part.consumers.items()},   # readers of tensors >= 0 only
+            {t + offset if t >= 0 else t: i + op_offset for t, i in part.producers.items()},
+            (ops, part.tensors))
     return placed
 
 

@@ -136,12 +136,18 @@ class Graph:
     def producers(self) -> dict[int, int]:
         """Tensor index -> index of the op that writes it (graph inputs and constants have none)."""
         if "producers" not in self._cache:
-            self._cache["producers"] = {t: i for i, op in enumerate(self.ops) for t in op.outputs}
+            if "joined" in self._cache:
+                self._join_maps()
+            else:
+                self._cache["producers"] = {t: i for i, op in enumerate(self.ops)
+                                            for t in op.outputs}
         return self._cache["producers"]
 
     @property
     def consumers(self) -> dict[int, tuple[int, ...]]:
         """Tensor index -> indices of the ops that read it, in op order (each op once)."""
+        if "consumers" not in self._cache and "joined" in self._cache:
+            self._join_maps()
         if "consumers" not in self._cache:
             cons: dict[int, list[int]] = {}
             for i, op in enumerate(self.ops):
@@ -151,10 +157,30 @@ class Graph:
             self._cache["consumers"] = {t: tuple(v) for t, v in cons.items()}
         return self._cache["consumers"]
 
+    @property
+    def segments(self) -> tuple[tuple[tuple[Op, ...], tuple[Tensor, ...]], ...] | None:
+        """How a graph `latpred.pytorch.compose.chain` made is joined (None for other graphs):
+        per part in order, its ops (the very Op objects: together they are `ops`) and its
+        tensors, whose values (all but the name) `tensors` repeats: the first part's all, each
+        next part's all but its input (that is the tensor before them, the previous part's
+        output). Deduction and featurization look parts up by identity instead of every op and
+        tensor (NAS candidates chained from cached blocks share them). Such a graph's
+        `producers` and `consumers` are joined from its parts' maps on first use, and
+        `producer` and `consumers_of` read them without joining."""
+        return self._cache.get("segments")
+
+    def _join_maps(self) -> None:
+        """A chained graph's maps, joined from its parts' (`latpred.pytorch.compose`)."""
+        self._cache["consumers"], self._cache["producers"] = self._cache["joined"].maps()
+
     def producer(self, tensor: int) -> int | None:
+        if "producers" not in self._cache and "joined" in self._cache:
+            return self._cache["joined"].producer(tensor)   # without joining the whole map
         return self.producers.get(tensor)
 
     def consumers_of(self, tensor: int) -> tuple[int, ...]:
+        if "consumers" not in self._cache and "joined" in self._cache:
+            return self._cache["joined"].consumers_of(tensor)
         return self.consumers.get(tensor, ())
 
     def topological_order(self) -> tuple[int, ...]:

@@ -40,3 +40,33 @@ def test_fused_keys_differ_from_single_op_keys_and_by_stage():
     kernels = [_kernel((0, 1)), _kernel((0,)), _kernel((1,)), _kernel((0, 1), part="b"),
                _kernel((0, 1))]
     assert _configs([g], [kernels]) == [0, 1, 2, 3, 0]
+
+
+def test_chained_graphs_key_as_rebuilt_graphs_over_several_calls():
+    """Chained graphs' Op facts are kept across calls (`Graph.segments`): their configurations
+    and tensor ids equal those of the same graphs rebuilt from new objects, call after call."""
+    import random
+    import sys
+    from pathlib import Path
+
+    from latpred.deduce import deduce
+    from latpred.pytorch.compose import chain
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_deduce_gpu_cache import block, copy
+
+    blocks = [block(16, 8, pad, act) for pad in (False, True) for act in ("relu", "hard_swish")]
+    rng = random.Random(7)
+    subnets = [chain([rng.choice(blocks) for _ in range(rng.randint(1, 5))], rename=False)
+               for _ in range(16)]
+    kernels = [deduce(g, "pixel4/gpu/fp16") for g in subnets]
+    assert any(len(k.ops) > 1 for ks in kernels for k in ks)   # fused kernels too
+
+    def batch(graphs, ks):
+        b = featurize(graphs, ks, None, lambda t: ("g", ()),
+                      lambda g, k, t: {"bytes_read": 0.0, "bytes_written": 0.0})
+        return b.config.tolist(), b.tensor_ids
+
+    for part in (slice(0, 8), slice(8, 16), slice(4, 12), slice(0, 16)):
+        graphs, ks = subnets[part], kernels[part]
+        assert batch(graphs, ks) == batch([copy(g) for g in graphs], ks)

@@ -14,7 +14,7 @@ from torch import nn
 
 from latpred import from_torch
 from latpred.errors import PredictorError, ShapeError
-from latpred.graph import Graph
+from latpred.graph import Graph, Op, Tensor
 from latpred.pytorch.compose import chain
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -100,9 +100,34 @@ def test_maps_handed_to_deduction_equal_graphs_own(parts):
             c = chain([graphs["stem"], *[graphs[b] for b in blocks], graphs["head"]],
                       rename=False)
             fresh = Graph(c.tensors, c.ops, c.inputs, c.outputs)
+            assert_lookups_equal(c, fresh)   # read from the parts, before the maps are joined
             assert list(c.consumers.items()) == list(fresh.consumers.items())
             assert list(c.producers.items()) == list(fresh.producers.items())
             assert c == fresh
+
+
+def assert_lookups_equal(c: Graph, fresh: Graph) -> None:
+    assert "consumers" not in c._cache and "producers" not in c._cache
+    for t in range(-2, len(c.tensors) + 2):
+        assert c.producer(t) == fresh.producer(t), t
+        assert c.consumers_of(t) == fresh.consumers_of(t), t
+
+
+def test_per_tensor_lookups_of_parts_read_inside_and_after_them():
+    """A part's output read inside it too (then by the next part as well), a part whose input
+    is read twice, an op with an absent output (-1): each tensor's producer and consumers,
+    without joining the maps."""
+    t = [Tensor(f"t{i}", (1, 4, 4, 8)) for i in range(4)]
+    inner = Graph(tuple(t), (Op("RELU", (0,), (1,)), Op("ADD", (1, 1), (2,)),
+                             Op("MUL", (1, 0), (3,)), Op("LOGISTIC", (1,), (2,)),
+                             Op("SPLIT", (1,), (3, -1))), (0,), (1,))   # an absent output
+    for graphs in ([inner, inner], [inner, inner, inner], [inner]):
+        for rename in (True, False):
+            c = chain(graphs, rename=rename)
+            fresh = Graph(c.tensors, c.ops, c.inputs, c.outputs)
+            assert_lookups_equal(c, fresh)
+            assert list(c.consumers.items()) == list(fresh.consumers.items())
+            assert list(c.producers.items()) == list(fresh.producers.items())
 
 
 @pytest.mark.parametrize("target", ["host/cpu/fp32/t1", "pixel4/gpu/fp16"])

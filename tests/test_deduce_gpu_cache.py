@@ -83,3 +83,20 @@ def test_an_op_met_again_with_other_tensors_gets_their_verdict():
     for _ in range(3):   # the second graph finds the first's Op objects: entries are kept
         assert deduce(g, target) == want
         assert deduce(int8, target) == want_int8
+
+
+def test_a_chained_part_after_an_output_of_another_value_gets_its_verdict():
+    """The same part at the same offsets (the same Op objects) after a float32 and after an
+    int8 output: its first op reads the other value, so its entries must not be reused."""
+    g = block(16, 8, pad=False, act="relu")
+    int8 = Graph(tuple(Tensor(t.name, t.shape, "int8", t.quantization, t.is_constant, t.value)
+                       for t in g.tensors), g.ops, g.inputs, g.outputs, g.name)
+    after_float = chain([g, g], rename=False)
+    after_int8 = chain([int8, g], rename=False)
+    assert after_float.ops[len(g.ops)] is after_int8.ops[len(g.ops)]   # the same placed part
+    target = "pixel4/gpu/fp16"
+    want, want_int8 = uncached(after_float, target), uncached(after_int8, target)
+    assert want != want_int8
+    for _ in range(2):
+        assert deduce(after_float, target) == want
+        assert deduce(after_int8, target) == want_int8

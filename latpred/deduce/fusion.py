@@ -15,7 +15,7 @@ MergeElementwiseNodes).
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from collections import Counter
 from itertools import chain, repeat
 from operator import attrgetter
@@ -49,24 +49,29 @@ def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
     multiple outputs or a graph output").
 
     Nodes are visited in order and only later, live nodes are linked, so each tensor's consumers
-    are listed once: a consumer merged into an earlier node is never looked at again.
+    are listed once: a consumer merged into an earlier node is never looked at again. Only the
+    linkable ones are listed: a node is linked when exactly one later, live node reads its
+    output, and that one is linkable, so a later reader that is not (such nodes are never
+    linked, so always live) ends the chain; for those the last one's index is enough.
     """
-    consumers: dict[int, list[tuple[int, int]]] = {}
-    producer: dict[int, int] = {}
+    consumers: dict[int, list[tuple[int, int]]] = {}   # of linkable nodes
     for i, node in enumerate(nodes):
-        for k, t in enumerate(node.inputs):
-            users = consumers.get(t)
-            if users is None:
-                consumers[t] = [(i, k)]
-            else:
-                users.append((i, k))
-        for t in node.outputs:
-            producer[t] = i
+        if node.linkable:
+            for k, t in enumerate(node.inputs):
+                users = consumers.get(t)
+                if users is None:
+                    consumers[t] = [(i, k)]
+                else:
+                    users.append((i, k))
+    read_last = {t: i for i, n in enumerate(nodes) if not n.linkable for t in n.inputs}
+    producer = {t: i for i, n in enumerate(nodes) for t in n.outputs}
     alive = [True] * len(nodes)
     for i, node in enumerate(nodes):
         if not alive[i]:
             continue
         while len(node.outputs) == 1 and node.outputs[0] not in blocked:
+            if read_last.get(node.outputs[0], -1) > i:   # a later reader that is not linkable
+                break
             users = consumers.get(node.outputs[0], ())
             if len(users) != 1:   # the common case, one consumer, without a list
                 users = [c for c in users if c[0] > i and alive[c[0]]]
@@ -106,22 +111,35 @@ def merge_elementwise_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[Gpu
     uses = Counter(chain.from_iterable(map(attrgetter("inputs"), nodes)))
     for t in blocked:
         uses[t] += 1  # read outside the delegate: it must survive
-    writers: dict[int, list[int]] = {}  # tensor -> the live nodes whose first output it is
-    for i, n in enumerate(nodes):
-        if n.outputs:
-            writers.setdefault(n.outputs[0], []).append(i)
-    producer = {t: w[-1] for t, w in writers.items()}  # the last of them, as a dict would keep
-    r = 1
-    while r < len(nodes):
+    firsts = [n.outputs[0] if n.outputs else None for n in nodes]
+    # tensor -> the last live node whose first output it is; the list of them all (`writers`)
+    # is made at the first fusion, from the nodes as they were (most graphs have none).
+    producer = {t: i for i, t in enumerate(firsts) if t is not None}
+    writers: dict[int, list[int]] | None = None
+    # The nodes that can be roots, and the simple ones (linkable, one input, one output), one
+    # of which every pattern fuses into its root: neither changes as nodes fuse (a kept node is
+    # simple and stays so), so a root fed by no simple node is passed over.
+    roots = [r for r, n in enumerate(nodes)
+             if r and n.linkable and len(n.outputs) == 1 and len(n.inputs) in (1, 2)]
+    simple = [n.linkable and len(n.inputs) == 1 and len(n.outputs) == 1 for n in nodes]
+    at = 0
+    while at < len(roots):
+        r = roots[at]
+        at += 1
         root = nodes[r]
-        fused = None
-        if alive[r] and root.linkable and len(root.outputs) == 1 and len(root.inputs) in (1, 2):
-            prev = [producer.get(t) for t in root.inputs]
-            fused = _fuse_pattern(nodes, r, prev, uses, producer)
+        p, q = producer.get(root.inputs[0]), producer.get(root.inputs[-1])
+        if not (alive[r] and ((p is not None and simple[p]) or (q is not None and simple[q]))):
+            continue
+        prev = [p] if len(root.inputs) == 1 else [p, q]
+        fused = _fuse_pattern(nodes, r, prev, uses, producer)
         if fused is None:
-            r += 1
             continue
         keep, drop = fused
+        if writers is None:
+            writers = {}
+            for i, t in enumerate(firsts):
+                if t is not None:
+                    writers.setdefault(t, []).append(i)
         # The kept node wrote the root input it fed; it now writes the root's output.
         _rewrite(writers, producer, keep, (root.inputs[prev.index(keep)],), root.outputs)
         for d in drop:
@@ -129,8 +147,8 @@ def merge_elementwise_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[Gpu
             for t in nodes[d].inputs:
                 uses[t] -= 1
             _rewrite(writers, producer, d, nodes[d].outputs[:1], ())
-        r = keep + 1
-    return [n for n, a in zip(nodes, alive) if a]
+        at = bisect_left(roots, keep + 1)   # the scan goes on after the kept node
+    return nodes if writers is None else [n for n, a in zip(nodes, alive) if a]
 
 
 def _rewrite(writers: dict[int, list[int]], producer: dict[int, int], i: int,

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import itertools
 from functools import cached_property
+from itertools import repeat
+from operator import attrgetter, is_
 
 from latpred.deduce import conv_selection as cs
 from latpred.deduce.cpu import cpu_kernel
@@ -32,6 +34,7 @@ from latpred.graph import Graph
 from latpred.target import Target
 
 _PAD_INTO = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D")
+_REASON = attrgetter("reason")
 
 
 def deduce_gpu(graph: Graph, target: Target) -> list[Kernel]:
@@ -39,8 +42,8 @@ def deduce_gpu(graph: Graph, target: Target) -> list[Kernel]:
     cpu_rules = CPU_RULES[target.device.cpu_rules]
     plans = plans_for(rules, target.device.gpu)
     entries = plans.entries(graph)
-    reasons = [e.reason for e in entries]
-    subsets = partition(graph, [r is None for r in reasons])
+    reasons = list(map(_REASON, entries))   # C-level passes: a candidate has ~130 ops
+    subsets = partition(graph, list(map(is_, reasons, repeat(None))))
     delegated = _delegated(subsets, rules.max_partitions)
     kernels: list[Kernel] = []
     for n, (supported, ops) in enumerate(subsets):
@@ -134,11 +137,16 @@ class _Lowering:
 
     @cached_property
     def written_by(self) -> dict[int, int]:
-        """Tensor -> the op of the subset that writes it (for the whole graph: its producers,
-        which a chained graph carries ready)."""
-        if self.whole:
-            return self.graph.producers
+        """Tensor -> the op of the subset that writes it (not for the whole graph: `writer`)."""
         return {t: i for i in self.ops for t in self.graph.ops[i].outputs}
+
+    def writer(self, t: int) -> int:
+        """The op of the subset that writes tensor t, or -1. For the whole graph its producer,
+        asked per tensor: a chained graph looks it up in its parts' maps."""
+        if self.whole:
+            p = self.graph.producer(t)
+            return -1 if p is None else p
+        return self.written_by.get(t, -1)
 
     def resolve(self, t: int) -> int:
         while t in self.alias:
@@ -224,7 +232,7 @@ class _Lowering:
 
     def _latest_first(self, ins: tuple[int, ...]) -> tuple[int, ...]:
         """IsAssociativeLinkableOp: without broadcasting, read the last-written input first."""
-        written = [self.written_by.get(t, -1) for t in ins]
+        written = [self.writer(t) for t in ins]
         latest = max(range(len(ins)), key=lambda k: (written[k], -k))
         order = list(ins)
         order[0], order[latest] = order[latest], order[0]

@@ -100,6 +100,10 @@ class Plans:
         self._tensor_of: dict[int, int] = {}    # id(Tensor) -> interned value
         self._held: list[Any] = []              # those Tensors, kept alive so no id is reused
         self._once: dict[int, weakref.ref] = {}  # id(Op) -> the Op, of graphs kept nothing of
+        # Of chained graphs' parts (`Graph.segments`), each kept with the objects it is for:
+        self._part_values: dict[int, tuple] = {}   # id(tensors) -> their values
+        self._templates: dict[tuple, tuple] = {}   # (id(tensors), input value) -> entry parts
+        self._placed: dict[tuple, tuple] = {}      # (id(ops), input value) -> their entries
         self._tensors: dict[tuple, int] = {}
         self._ops: dict[tuple, int] = {}        # (type, attrs) -> interned kind
         self._reasons: dict[tuple, str | None] = {}
@@ -114,9 +118,11 @@ class Plans:
         Entries are kept only for graphs that share an Op object with an earlier one: a graph
         built anew (a sampled model, a file read) gets its ops' verdicts and plans by value, and
         leaves no objects behind that would only cost memory and garbage collections."""
-        if max(len(self._entries), len(self._held), len(self._reasons), len(self._kernels)) \
-                > _CAP:
+        if max(len(self._entries), len(self._held), len(self._reasons), len(self._kernels),
+               len(self._placed)) > _CAP:
             self._clear()
+        if graph.segments is not None:
+            return self._chained_entries(graph, graph.segments)
         ops = graph.ops
         entries = list(map(self._entries.get, map(id, ops), repeat(_UNSEEN)))
         if entries.count(_UNSEEN) == len(ops) and not self._recurs(ops):
@@ -128,6 +134,53 @@ class Plans:
             for i in compress(range(len(ops)), map(ne, seen, map(_SIG, entries))):
                 entries[i] = self._entry(graph, ops[i], tid, keep=True)
         return entries
+
+    def _chained_entries(self, graph: Graph, segments: tuple) -> list[OpEntry]:
+        """Entries of a chained graph, part by part (`Graph.segments`). A part's entries depend
+        on its ops and the values of its tensors, and those are its own but for its input (the
+        previous part's output): a part placed at the same offsets again (the same Op objects)
+        with an input of the same value finds its entries with one lookup."""
+        tid, inputs = self._segment_values(segments)
+        placed, out = self._placed, []
+        for (ops, tensors), at in zip(segments, inputs):
+            key = (id(ops), tid[at])
+            found = placed.get(key)
+            if found is None or found[0] is not ops:
+                found = placed[key] = (ops, self._part_entries(graph, ops, tensors, at, tid))
+            out += found[1]
+        return out
+
+    def _part_entries(self, graph: Graph, ops: tuple[Op, ...], tensors: tuple, at: int,
+                      tid: list[int]) -> list[OpEntry]:
+        """Entries of a part's ops whose input is tensor `at` (its tensor j is at + j). Placed
+        at other offsets, with an input of the same value, the part's ops have the same keys
+        and verdicts, and their runtime inputs are the same tensors shifted: worked out once
+        per part and input value, then shifted."""
+        key = (id(tensors), tid[at])
+        found = self._templates.get(key)
+        if found is None or found[0] is not tensors:
+            made = [self._entry(graph, op, tid, keep=False) for op in ops]
+            self._templates[key] = (tensors, [(e.key, e.reason, tuple([t - at for t in e.ins]))
+                                              for e in made])
+            return made
+        return [OpEntry(op, None, None, k, why, tuple([t + at for t in ins]))
+                for op, (k, why, ins) in zip(ops, found[1])]
+
+    def _segment_values(self, segments: tuple) -> tuple[list[int], list[int]]:
+        """`_tensor_values` of a chained graph, joined from its parts' (interned once per
+        part), and the index of each part's input tensor."""
+        tid: list[int] = []
+        inputs = []
+        known, values = self._part_values, self._tensors
+        for _, tensors in segments:
+            found = known.get(id(tensors))
+            if found is None or found[0] is not tensors:
+                found = known[id(tensors)] = (tensors, [values.setdefault(
+                    (t.shape, t.dtype, t.is_constant, t.value), len(values)) for t in tensors])
+            inputs.append(len(tid) - 1 if tid else 0)
+            tid += found[1][1:] if tid else found[1]
+        tid.append(-1)
+        return tid, inputs
 
     def _recurs(self, ops: tuple[Op, ...]) -> bool:
         """Whether an Op object of a graph we kept nothing of comes back (then `ops` are
@@ -186,17 +239,21 @@ class Plans:
         return plan
 
     def kernels(self, nodes: list[GpuNode], entries: list[OpEntry]) -> list[Kernel]:
-        """The Kernels of fused nodes, shared with earlier graphs' equal ones."""
+        """The Kernels of fused nodes, shared with earlier graphs' equal ones: found by the
+        node's type, ops, rule and stage, and the types of the ops fused in (which its rule
+        text names), without writing the text again."""
         out, known = [], self._kernels
         for n in nodes:
-            rule = n.rule
-            if len(n.ops) > 1:
-                fused = ", ".join([f"{entries[i].type}#{i}" for i in n.ops[1:]])
-                rule = f"{rule}; fused {fused}"
-            key = (n.type, n.ops, rule, n.part)
+            ops = n.ops
+            key = (n.type, ops, n.rule, n.part) if len(ops) == 1 else \
+                (n.type, ops, n.rule, n.part, *[entries[i].type for i in ops[1:]])
             k = known.get(key)
             if k is None:
-                k = known[key] = Kernel(n.type, key[1], "gpu", rule, False, n.part)
+                rule = n.rule
+                if len(ops) > 1:
+                    fused = ", ".join([f"{entries[i].type}#{i}" for i in ops[1:]])
+                    rule = f"{rule}; fused {fused}"
+                k = known[key] = Kernel(n.type, ops, "gpu", rule, False, n.part)
             out.append(k)
         return out
 

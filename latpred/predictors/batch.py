@@ -14,12 +14,16 @@ set per kernel at prediction: those groups are predicted per distinct (configura
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from latpred.graph import Graph
+
+# Op objects whose interned facts are kept across calls (chained graphs'; tens of MB at the cap)
+_KEPT_CAP = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -54,29 +58,35 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
     seen: dict[tuple, int] = {}
     interned: dict[tuple, int] = {}
     by_object: dict[int, int] = {}     # id(Tensor) -> its interned id
-    op_kinds: dict[tuple, int] = {}
-    op_ids: dict[int, int] = {}        # id(Op) -> its interned (type, attrs)
+    by_part: dict[int, list[int]] = {}  # id(a chained graph's part's tensors) -> their ids
     held: list[Any] = []               # what those ids name, kept alive so no id is reused
+    op_keys = _OpKeys.current()
+    op_kinds = op_keys.op_kinds
+    # What keys read of Op objects, by identity: a chained graph's Ops are kept alive by its
+    # parts, so theirs is kept across calls; other graphs' for this call only.
+    kept = (op_keys.kinds, op_keys.fused, op_keys.held)
+    once = ({}, {}, held)
     rows: dict[str, list[list[float]]] = {}
     members: dict[str, list[int]] = {}
     context_col: dict[str, int] = {}
     moved: list[float] = []            # per configuration: bytes read + written
     config: list[int] = []
     sigs: list[list[int]] = []
-    seen_get, kind_of, add_config = seen.get, op_ids.get, config.append
-    fused_key = _FusedKeys(op_kinds, held).key
+    seen_get, add_config, fused_key = seen.get, config.append, op_keys.fused_key
     for g, ks in zip(graphs, kernels):
-        sig = _tensor_ids(g, interned, by_object, held)
+        sig = _tensor_ids(g, interned, by_object, by_part, held)
         sigs.append(sig)
         at = sig.__getitem__
         ops = g.ops
+        op_ids, by_ops, hold = kept if g.segments is not None else once
+        kind_of = op_ids.get
         for k in ks:   # this loop runs once per kernel: names hoisted, the common case inline
             k_ops = k.ops
             if len(k_ops) == 1:
                 op = ops[k_ops[0]]
                 kind = kind_of(id(op))   # (type, attrs) as an int: one hash per Op object
                 if kind is None:
-                    held.append(op)
+                    hold.append(op)
                     kind = op_ids[id(op)] = op_kinds.setdefault((op.type, op.attrs),
                                                                 len(op_kinds))
                 # One flat tuple of ints (and two interned strings): hashed and compared
@@ -84,7 +94,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
                 ins = op.inputs
                 key = (k.type, k.part, kind, len(ins), *map(at, ins), *map(at, op.outputs))
             else:
-                key = fused_key(ops, k, at)
+                key = fused_key(ops, k, at, by_ops, hold)
             cid = seen_get(key)
             if cid is None:
                 cid = seen[key] = len(seen)
@@ -152,46 +162,81 @@ def predict_batch(batch: FeatureBatch, regressors: Mapping[str, Any]) -> np.ndar
 
 
 def _tensor_ids(g: Graph, interned: dict[tuple, int], by_object: dict[int, int],
-                held: list[Any]) -> list[int]:
+                by_part: dict[int, list[int]], held: list[Any]) -> list[int]:
     """Per tensor, a small int naming what features can read of it (shape, dtype, constness,
     kept value, quantized or not), shared across graphs; the trailing -1 stands for index -1
     (an absent optional input). Keys of ints hash far faster than nested tuples, and graphs
-    that share Tensor objects (chained supernet blocks) look each one up by identity."""
-    ids = list(map(by_object.get, map(id, g.tensors)))
+    that share Tensor objects (chained supernet blocks) look each one up by identity; a chained
+    graph's are joined from its parts' (`Graph.segments`: the same values), each part's made
+    once."""
+    if g.segments is not None:
+        ids = []
+        for _, tensors in g.segments:
+            part = by_part.get(id(tensors))
+            if part is None:
+                held.append(tensors)
+                part = by_part[id(tensors)] = _object_ids(tensors, interned, by_object, held)
+            ids += part[1:] if ids else part
+    else:
+        ids = _object_ids(g.tensors, interned, by_object, held)
+    ids.append(-1)
+    return ids
+
+
+def _object_ids(tensors: tuple, interned: dict[tuple, int], by_object: dict[int, int],
+                held: list[Any]) -> list[int]:
+    ids = list(map(by_object.get, map(id, tensors)))
     if None in ids:
-        for i, t in enumerate(g.tensors):
+        for i, t in enumerate(tensors):
             if ids[i] is None:
                 held.append(t)
                 ids[i] = by_object[id(t)] = interned.setdefault(
                     (t.shape, t.dtype, t.is_constant, t.value, t.quantization is not None),
                     len(interned))
-    ids.append(-1)
     return ids
 
 
-class _FusedKeys:
-    """Configuration keys of kernels of several ops (a single op's is built inline): the
-    kernel's type and stage, its Ops' layout (`_fused_layout`) interned as -1 - an id (negative
-    unlike a single op's kind), then the interned ids of the tensors it reads from outside and
-    writes: one short flat tuple like a single op's. The layout fixes how many ids follow, so
-    keys are as distinct as nested (type, attrs, inputs, outputs) tuples per op would be. It is
-    worked out once per sequence of Op objects (chained subnets share them)."""
+class _OpKeys:
+    """What configuration keys read of Op objects, interned per thread (ids stay consistent
+    while the instance lives): an Op's (type, attrs) as an int, and the keys of
+    kernels of several ops (a single op's is built inline): the kernel's type and stage, its
+    Ops' layout (`_fused_layout`) interned as -1 - an id (negative unlike a single op's kind),
+    then the interned ids of the tensors it reads from outside and writes: one short flat
+    tuple like a single op's. The layout fixes how many ids follow, so keys are as distinct as
+    nested (type, attrs, inputs, outputs) tuples per op would be. It is worked out once per
+    sequence of Op objects; `kinds` and `fused` keep them, by identity, for chained graphs'
+    Ops across calls (chained subnets share them; `held` keeps them alive so no id is
+    reused)."""
 
-    def __init__(self, op_kinds: dict[tuple, int], held: list[Any]):
-        self.by_ops: dict[tuple, tuple] = {}   # ids of the Ops -> (layout, tensor indices)
+    _local = threading.local()   # one per thread: numbering is not atomic
+
+    def __init__(self) -> None:
+        self.op_kinds: dict[tuple, int] = {}
         self.layouts: dict[tuple, int] = {}
-        self.op_kinds = op_kinds
-        self.held = held                       # what those ids name, kept alive
+        self.kinds: dict[int, int] = {}        # id(Op) -> its interned (type, attrs)
+        self.fused: dict[tuple, tuple] = {}    # ids of the Ops -> (layout, tensor indices)
+        self.held: list[Any] = []
 
-    def key(self, ops, k: Any, at: Callable[[int], int]) -> tuple:
+    @classmethod
+    def current(cls) -> "_OpKeys":
+        """The thread's instance; a new one past `_KEPT_CAP` entries (a call in progress
+        keeps the one it started with, whose ids stay consistent)."""
+        keys = getattr(cls._local, "keys", None)
+        if keys is None or len(keys.kinds) + len(keys.fused) + len(keys.op_kinds) \
+                + len(keys.layouts) > _KEPT_CAP:
+            keys = cls._local.keys = cls()
+        return keys
+
+    def fused_key(self, ops, k: Any, at: Callable[[int], int], by_ops: dict[tuple, tuple],
+                  hold: list[Any]) -> tuple:
         ids = tuple(map(id, map(ops.__getitem__, k.ops)))
-        found = self.by_ops.get(ids)
+        found = by_ops.get(ids)
         if found is None:
             members = [ops[i] for i in k.ops]
-            self.held.extend(members)
+            hold.extend(members)
             head, tensors = _fused_layout(members, self.op_kinds)
             layout = -1 - self.layouts.setdefault(head, len(self.layouts))
-            found = self.by_ops[ids] = (layout, tensors)
+            found = by_ops[ids] = (layout, tensors)
         layout, tensors = found
         return (k.type, k.part, layout, *map(at, tensors))
 

@@ -197,7 +197,7 @@ class LatencyModel:
         over = self.overhead.predict(n, sums)
         out = []
         for gi, ks in enumerate(kernels):
-            fb = tuple(sorted({k.type for k in ks} & missing))
+            fb = tuple(sorted({k.type for k in ks} & missing)) if missing else ()
             out.append(Prediction(float(sums[gi] + over[gi]), float(over[gi]), tuple(ks),
                                   flat[offsets[gi]:offsets[gi + 1]], fb, graphs[gi].name))
         return out

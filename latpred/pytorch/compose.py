@@ -12,14 +12,18 @@ A NAS loop chains thousands of subnets a second, so each graph is prepared once 
 in the graph's cache): its tensors reordered to put its input first and its output last, so
 that in a chain its tensor t becomes t + offset (its input, t = 0, lands on the output of the
 graph before it, the last tensor so far). The part's ops shifted to an offset, and their
-consumer and producer maps (`Graph.consumers`/`producers`, which deduction reads) shifted to
-an offset and an op offset, are kept per offsets: in a supernet a block sits at few offsets
-(they depend on how many tensors and ops the blocks before it have, not on their kernel sizes
-or widths), so chaining mostly joins lists of existing ops and merges ready dicts.
+consumer and producer maps (`Graph.consumers`/`producers`) shifted to an offset and an op
+offset, are kept per offsets: in a supernet a block sits at few offsets (they depend on how
+many tensors and ops the blocks before it have, not on their kernel sizes or widths), so
+chaining mostly joins lists of existing ops. The chained graph says how it is joined
+(`Graph.segments`: each part's placed ops and its tensors), which deduction and featurization
+look up per part, and joins the parts' maps only when asked for them whole; a lookup of one
+tensor (`Graph.producer`, `consumers_of`, what GPU deduction asks) reads the parts' maps.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -43,16 +47,20 @@ class _Part:
     absent: tuple[int, ...]           # positions in refs of absent optional inputs (-1)
     bounds: tuple[tuple[int, int, int], ...]    # per op: its inputs refs[a:b], outputs [b:c]
     protos: tuple[dict, ...]          # per op: its type, attrs and attr_dict
+    consumers: dict[int, tuple[int, ...]]   # of `ops` (Graph's derivation), shifted to place
+    producers: dict[int, int]
     placed: dict = field(default_factory=dict)  # (offset, op offset) -> _Placed
 
 
 @dataclass(frozen=True)
 class _Placed:
-    """A part's ops and maps at one tensor offset and op offset."""
+    """A part's ops and maps at one tensor offset and op offset, and its entry in a chained
+    graph's `segments` (made once: a chain joins existing objects)."""
 
     ops: tuple[Op, ...]
     consumers: dict[int, tuple[int, ...]]
     producers: dict[int, int]
+    segment: tuple[tuple[Op, ...], tuple[Tensor, ...]]
 
 
 def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph:
@@ -65,8 +73,8 @@ def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph
         raise ShapeError("chain needs at least one graph.")
     tensors: list[Tensor] = []
     ops: list[Op] = []
-    consumers: dict[int, tuple[int, ...]] = {}
-    producers: dict[int, int] = {}
+    placed_parts: list[_Placed] = []
+    starts: list[int] = []            # per part: the index of its input tensor
     for k, g in enumerate(graphs):
         part = _part(g, k)
         if k and tensors[-1].shape != part.tensors[0].shape:
@@ -80,14 +88,59 @@ def chain(graphs: Sequence[Graph], name: str = "", rename: bool = True) -> Graph
                            t.value) for t in kept]
         tensors.extend(kept)
         ops.extend(placed.ops)
-        joint = consumers.get(offset) if k else None   # read inside the graph before, too
-        consumers.update(placed.consumers)
-        if joint is not None and offset in placed.consumers:
-            consumers[offset] = joint + placed.consumers[offset]
-        producers.update(placed.producers)
+        placed_parts.append(placed)
+        starts.append(offset)
     out = Graph(tuple(tensors), tuple(ops), (0,), (len(tensors) - 1,), name)
-    out._cache.update(consumers=consumers, producers=producers)   # what Graph would derive
+    # How the graph is joined (`Graph.segments`); its maps are joined from the parts' when
+    # asked for (`_Joined`).
+    out._cache.update(segments=tuple([p.segment for p in placed_parts]),
+                      joined=_Joined(placed_parts, starts))
     return out
+
+
+class _Joined:
+    """A chained graph's consumer and producer maps (what Graph would derive), from its parts'
+    placed maps: whole when Graph.consumers or producers is asked for, or one tensor at a time
+    (Graph.producer, consumers_of: GPU deduction asks for a few tensors a graph, so most
+    chained graphs never join the whole maps)."""
+
+    __slots__ = ("placed", "starts")
+
+    def __init__(self, placed: list[_Placed], starts: list[int]):
+        self.placed, self.starts = placed, starts
+
+    def maps(self) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
+        consumers: dict[int, tuple[int, ...]] = {}
+        producers: dict[int, int] = {}
+        for k, (placed, offset) in enumerate(zip(self.placed, self.starts)):
+            joint = consumers.get(offset) if k else None   # read inside the graph before, too
+            consumers.update(placed.consumers)
+            if joint is not None and offset in placed.consumers:
+                consumers[offset] = joint + placed.consumers[offset]
+            producers.update(placed.producers)
+        return consumers, producers
+
+    # Part k's tensors are starts[k] (its input, the previous part's output) to starts[k + 1]:
+    # a tensor is in the maps of the part it is inside, and of the next part too when it is
+    # that one's input (a later part's entry comes last, as in `maps`).
+
+    def producer(self, t: int) -> int | None:
+        starts, placed = self.starts, self.placed
+        if t < 0:   # an absent output (-1): any part may write it, the last one counts
+            return next((p.producers[t] for p in reversed(placed) if t in p.producers), None)
+        k = bisect_left(starts, t)
+        found = placed[k - 1].producers.get(t) if k else None
+        if k < len(starts) and starts[k] == t:
+            found = placed[k].producers.get(t, found)
+        return found
+
+    def consumers_of(self, t: int) -> tuple[int, ...]:
+        starts, placed = self.starts, self.placed
+        k = bisect_left(starts, t)
+        found = placed[k - 1].consumers.get(t, ()) if k else ()
+        if k < len(starts) and starts[k] == t:
+            return found + placed[k].consumers.get(t, ())
+        return found
 
 
 def _part(g: Graph, k: int) -> _Part:
@@ -117,8 +170,10 @@ def _prepare(g: Graph) -> _Part:
         bounds.append((a, b, len(refs)))
     protos = tuple({"type": op.type, "attrs": op.attrs, "attr_dict": op.attr_dict}
                    for op in ops)
+    view = Graph((), ops, (), ())
     return _Part(tuple(g.tensors[t] for t in order), ops, np.asarray(refs, dtype=np.int64),
-                 tuple(i for i, t in enumerate(refs) if t < 0), tuple(bounds), protos)
+                 tuple(i for i, t in enumerate(refs) if t < 0), tuple(bounds), protos,
+                 view.consumers, view.producers)
 
 
 def _placed(part: _Part, offset: int, op_offset: int) -> _Placed:
@@ -127,10 +182,13 @@ def _placed(part: _Part, offset: int, op_offset: int) -> _Placed:
         if len(part.placed) >= _PLACED_CAP:
             part.placed.clear()
         ops = tuple(_shifted(part, offset)) if offset else part.ops
-        view = Graph((), ops, (), ())     # its maps: Graph's own derivation, shifted by op_offset
+        # The maps Graph would derive from `ops`: the part's, every tensor shifted by offset
+        # (but an absent output, -1, which stays) and every op by op_offset, in the same order.
         placed = part.placed[(offset, op_offset)] = _Placed(
-            ops, {t: tuple([i + op_offset for i in v]) for t, v in view.consumers.items()},
-            {t: i + op_offset for t, i in view.producers.items()})
+            ops, {t + offset: tuple([i + op_offset for i in v])
+                  for t, v in part.consumers.items()},   # readers of tensors >= 0 only
+            {t + offset if t >= 0 else t: i + op_offset for t, i in part.producers.items()},
+            (ops, part.tensors))
     return placed
 
 

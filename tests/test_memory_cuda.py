@@ -169,9 +169,7 @@ def test_unmeasured_convolution_uses_the_estimate():
     g = _odd_conv_graph()
     conv = g.ops[0]
     key = cuda_workspace.conv_key(g, conv, 4)
-    from latpred.memory.h100_workspaces import CONV
-
-    assert key not in CONV
+    assert key not in cuda_workspace.measured()
     ws = cuda_workspace.estimate(key)
     assert ws >= 0
     p = predict_memory(g, "h100/cuda/fp32")
@@ -179,6 +177,24 @@ def test_unmeasured_convolution_uses_the_estimate():
     assert p.total == p.model_bytes + p.arena + p.workspace
     assert p.workspace >= 34603008           # the cuBLAS / cuBLASLt workspaces
     assert sum(r.sets_peak for r in p.ops) == 1
+
+
+def test_shipped_table_is_package_data_and_round_trips(tmp_path):
+    tab = cuda_workspace.shipped_table()
+    assert tab is cuda_workspace.shipped_table()             # loaded once
+    assert len(tab["conv"]) == 19992
+    assert all(type(k) is tuple and len(k) == 15 for k in tab["conv"])
+    h = tab["header"]
+    assert h["torch"] == "2.11.0+cu130" and h["cudnn"] == 91900
+    assert h["dataset"] == "datasets/h100-cuda-memory" and not h["cudnn_benchmark"]
+    conv = {(2, 1, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1): 0,
+            (4, 1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 4, 1, 1): 4096}
+    path = tmp_path / "t.json.gz"
+    cuda_workspace.dump_table(path, conv, "m", {"x": 1})
+    first = path.read_bytes()
+    assert cuda_workspace.load_table(first) == {"header": {"x": 1}, "conv": conv, "model": "m"}
+    cuda_workspace.dump_table(path, dict(reversed(conv.items())), "m", {"x": 1})
+    assert path.read_bytes() == first                         # deterministic bytes
 
 
 def test_fit_estimator_learns_the_input_ratio():

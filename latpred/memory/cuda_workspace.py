@@ -11,7 +11,8 @@
   (aten/src/ATen/native/cudnn/Conv_v8.cpp allocates `workspace_size` through the caching
   allocator and frees it after the call; the engine is cuDNN 9.19's heuristic choice with
   `cudnn.benchmark = False`, not knowable without the library): the size measured on the H100
-  for a known configuration (`h100_workspaces.CONV`), else the learned estimate (`estimate`:
+  for a known configuration (`measured()`, the table shipped as package data in
+  `data/h100_workspaces.json.gz`), else the learned estimate (`estimate`:
   LightGBM on the configuration, trained on every measured one; held out by model it halves
   the error of assuming no workspace, see docs/memory.md).
 - `mean_scratch(graph, op, elem)`: MEAN's global-reduction buffer and semaphores, computed
@@ -20,8 +21,11 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
-from functools import lru_cache
+from functools import cache
+from importlib.resources import files
 
 from latpred.graph import Graph, Op
 from latpred.memory.cuda_alloc import CachingAllocator
@@ -63,12 +67,48 @@ def conv_key(graph: Graph, op: Op, elem: int) -> tuple:
     return (elem, n, c, h, w, cout, kh, kw, *stride, *dil, groups, *sym)
 
 
-def conv_workspace(graph: Graph, op: Op, elem: int) -> int:
-    from latpred.memory import h100_workspaces as tab
+# The measured table: written by scripts/cuda_memory_assemble.py (`dump_table`), shipped in
+# the package (pyproject.toml's package-data), read once (`shipped_table`).
+TABLE = "data/h100_workspaces.json.gz"
 
+
+def dump_table(path, conv: dict, model: str, header: dict) -> None:
+    """Write `conv` ({conv_key tuple: bytes}), the estimator `model` (LightGBM text) and
+    `header` (what made it) as gzipped JSON, keys as lists of ints in sorted order; the
+    gzip header carries no name or time, so equal tables give equal bytes."""
+    doc = {"header": header,
+           "conv": [[list(k), int(conv[k])] for k in sorted(conv)],
+           "model": model}
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    with open(path, "wb") as f:
+        f.write(gzip.compress(data, compresslevel=9, mtime=0))
+
+
+def load_table(data: bytes) -> dict:
+    """{"header": dict, "conv": {conv_key tuple: bytes}, "model": str} from `dump_table`'s
+    bytes."""
+    doc = json.loads(gzip.decompress(data))
+    return {"header": doc["header"],
+            "conv": {tuple(k): v for k, v in doc["conv"]},
+            "model": doc["model"]}
+
+
+@cache
+def shipped_table() -> dict:
+    """The table measured on the H100 (see its "header"), loaded on first use."""
+    return load_table(files("latpred.memory").joinpath(TABLE).read_bytes())
+
+
+def measured() -> dict:
+    """{conv_key: workspace bytes} measured on the H100 (do not modify)."""
+    return shipped_table()["conv"]
+
+
+def conv_workspace(graph: Graph, op: Op, elem: int) -> int:
     key = conv_key(graph, op, elem)
-    if key in tab.CONV:
-        return tab.CONV[key]
+    conv = measured()
+    if key in conv:
+        return conv[key]
     return estimate(key)
 
 
@@ -106,13 +146,11 @@ def fit_estimator(keys, values, n_estimators: int = 200):
     return model.fit(X, y).booster_
 
 
-@lru_cache(maxsize=1)
+@cache
 def _shipped():
     import lightgbm as lgb
 
-    from latpred.memory.h100_workspaces import MODEL
-
-    return lgb.Booster(model_str=MODEL)
+    return lgb.Booster(model_str=shipped_table()["model"])
 
 
 def estimate(key: tuple, booster=None) -> int:

@@ -169,6 +169,9 @@ def test_auto_picks_by_cross_validation_and_records_it(pair):
     assert all(cv[m] > 1.05 * best for m in simpler)
     # on this pair the types' speeds differ (0.55-1.4), so one global factor is not enough
     assert cv["global"] > cv["scale"]
+    # a blend with the scratch Lasso only where its out-of-fold end-to-end MAPE is lower
+    blended = any(w < 1 for w in model.training["blend_weights"].values())
+    assert blended == (model.training["blend_cv_mape"] < cv[chosen])
 
 
 def test_protocol_fewshot_reports_every_method_over_draws(pair, tmp_path):

@@ -57,13 +57,17 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
     as_is = score_latpred(source, test, "source as is", "baseline")
     rows, last = [], []
     rng = np.random.default_rng(seed)
+    done: dict[tuple, list[MethodResult]] = {}   # the same models give the same results
     for n in usable:
         for draw in range(draws):
             ids = sorted(rng.choice(pool, size=n, replace=False))
             if progress:
                 progress(f"{n} models, draw {draw + 1}/{draws}")
-            methods = _methods(source, kernels, models, ids, test, target, families, seed,
-                               as_is, everything)
+            key = tuple(ids)   # at n = the pool's size every draw is the whole pool
+            if key not in done:
+                done[key] = _methods(source, kernels, models, ids, test, target, families, seed,
+                                     as_is, everything)
+            methods = done[key]
             rows += [{"method": m.name, "n_train": n, "draw": draw, **m.metrics}
                      for m in methods]
             last = methods

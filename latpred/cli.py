@@ -423,7 +423,8 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
               help="One factor for all kernels, per-kernel-type factors, factors plus residual "
                    "trees, the linear family refitted with the source's prediction as a term, "
                    "or the simplest of these within 5% of the best in a cross-validation over "
-                   "DATA.")
+                   "DATA, each kernel type then mixed with a Lasso trained on DATA alone by the "
+                   "weight the same folds favour.")
 @click.option("--overhead", default="auto", show_default=True,
               type=click.Choice(["auto", "scaled", "refit"]),
               help="The source's overhead times the common factor, one re-fitted on DATA, or "
@@ -444,9 +445,11 @@ def adapt(source: str, data: str, target_name: str | None, method: str, overhead
     chosen = model.training["method"] + (
         " (cross-validated MAPE " + ", ".join(f"{m} {100 * v:.1f}%" for m, v in cv.items()) + ")"
         if cv else "")
+    mixed = [t for t, w in (model.training.get("blend_weights") or {}).items() if w < 1]
+    blend = f", {len(mixed)} kernel types mixed with a scratch Lasso" if mixed else ""
     click.echo(f"Adapted from {model.training['adapted_from']} with {chosen} on "
-               f"{model.training['n_models']} models, {model.training['overhead']} overhead; "
-               f"saved the predictor to {out}.")
+               f"{model.training['n_models']} models, {model.training['overhead']} "
+               f"overhead{blend}; saved the predictor to {out}.")
 
 
 @main.command()

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from latpred.cli import main
 from latpred.errors import PredictorError
 from latpred.predictors import LatencyModel
-from latpred.predictors.adapt import (SIMPLEST_FIRST, AdaptedRegressor, StackedRegressor, adapt,
-                                     adapt_dataset)
+from latpred.predictors.adapt import SIMPLEST_FIRST, adapt, adapt_dataset
+from latpred.predictors.adapt.wrappers import AdaptedRegressor, StackedRegressor
 from latpred.predictors.training import load_tables
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/simdata.py
@@ -130,12 +130,12 @@ def test_stacked_refits_on_the_source_prediction_and_round_trips(pair, tmp_path)
     assert back.types[stacked[0]].regressor.predict(X) == pytest.approx(
         model.types[stacked[0]].regressor.predict(X), rel=1e-12)
     # residual trees on a stacked fit: applied as a ratio and kept through export / restore
-    from latpred.predictors.adapt import STACKED_TREES, _ratio_trees
+    from latpred.predictors.adapt.types import STACKED_TREES, ratio_trees
 
     reg = model.types[stacked[0]].regressor
     names = list(model.types[stacked[0]].features)
     ratio = 1.0 + 0.3 * (X[:, 0] > np.median(X[:, 0]))
-    treed = StackedRegressor(reg.base, reg.head, _ratio_trees(pd.DataFrame(X, columns=names),
+    treed = StackedRegressor(reg.base, reg.head, ratio_trees(pd.DataFrame(X, columns=names),
                                                               ratio, 0, **STACKED_TREES))
     plain = StackedRegressor(reg.base, reg.head).predict(X)
     assert np.median(treed.predict(X)[ratio > 1] / plain[ratio > 1]) == pytest.approx(1.3, rel=0.05)
@@ -169,6 +169,9 @@ def test_auto_picks_by_cross_validation_and_records_it(pair):
     assert all(cv[m] > 1.05 * best for m in simpler)
     # on this pair the types' speeds differ (0.55-1.4), so one global factor is not enough
     assert cv["global"] > cv["scale"]
+    # a blend with the scratch Lasso only where its out-of-fold end-to-end MAPE is lower
+    blended = any(w < 1 for w in model.training["blend_weights"].values())
+    assert blended == (model.training["blend_cv_mape"] < cv[chosen])
 
 
 def test_protocol_fewshot_reports_every_method_over_draws(pair, tmp_path):
@@ -226,7 +229,7 @@ def test_adapt_dataset_needs_a_target_when_the_data_has_several(pair, tmp_path):
 
 
 def test_a_source_of_another_precision_sees_the_new_kernels_in_its_own_bytes(pair, tmp_path):
-    from latpred.predictors.adapt import BYTE_FEATURES
+    from latpred.predictors.adapt.types import BYTE_FEATURES
 
     source, _, root = pair
     int8 = simulate(root / "int8", "host/cpu/int8/t1", n_models=12, seed=3)
@@ -245,7 +248,7 @@ def test_a_source_of_another_precision_sees_the_new_kernels_in_its_own_bytes(pai
 
 
 def test_the_source_overhead_is_kept_scaled_unless_a_refit_cross_validates_better(pair):
-    from latpred.predictors.adapt import AUTO_TOLERANCE
+    from latpred.predictors.adapt.auto import AUTO_TOLERANCE
     from latpred.predictors.overhead import fit_overhead
 
     source, new_ds, _ = pair
@@ -269,3 +272,92 @@ def test_the_source_overhead_is_kept_scaled_unless_a_refit_cross_validates_bette
         or auto.training["method"] != "scale"
     with pytest.raises(PredictorError, match="Unknown overhead"):
         adapt(source, k, m, NEW, "scale", overhead="zero")
+
+
+class _Flat:
+    """A source regressor that learned nothing of a type's shape: one latency for every kernel."""
+
+    def __init__(self, ms: float, n_features: int):
+        self.ms, self.n_features_in_ = ms, n_features
+
+    def predict(self, X):
+        return np.full(len(X), self.ms)
+
+
+def test_auto_blends_a_type_towards_its_scratch_fit_where_the_source_misses_its_shape(pair):
+    """A type whose source regressor is flat (too few rows for `stacked`'s refit): the folds'
+    kernel errors move it to the Lasso trained on the new rows, and its held-out kernels are
+    predicted better than by the adapted source alone; the blend saves and loads."""
+    from latpred.predictors.adapt.auto import BLEND_WEIGHTS
+    from latpred.predictors.adapt.types import STACKED_MIN_ROWS
+
+    source, new_ds, _ = pair
+    k, m, k_rest, _ = _split(new_ds, 20)
+    counts = k["kernel_type"].value_counts()
+    ktype = next(t for t, c in counts.items() if 10 <= c < STACKED_MIN_ROWS and t in source.types)
+    fit = source.types[ktype]
+    flat = _Flat(float(k[k["kernel_type"] == ktype]["latency_ms"].median()), len(fit.features))
+    blind = dataclasses.replace(source, types={**source.types,
+                                               ktype: dataclasses.replace(fit, regressor=flat)})
+    auto = adapt(blind, k, m, NEW, "auto")
+    alone = adapt(blind, k, m, NEW, "auto", blend="none")
+    weights = auto.training["blend_weights"]
+    assert set(weights) == set(k["kernel_type"]) and set(weights.values()) <= set(BLEND_WEIGHTS)
+    assert weights[ktype] < 1.0 and alone.training["blend_weights"] == {}
+    rows = k_rest[k_rest["kernel_type"] == ktype]
+
+    def held_out(model):
+        f = model.types[ktype]
+        p = f.regressor.predict(rows[["f_" + c for c in f.features]].to_numpy(float))
+        return float(np.mean(np.abs(p - rows["latency_ms"]) / rows["latency_ms"]))
+
+    assert held_out(auto) < 0.5 * held_out(alone)
+    assert auto.training["blend_cv_mape"] is not None
+
+
+def test_blended_regressor_mixes_its_parts_on_their_columns_and_round_trips(pair, tmp_path):
+    from latpred.predictors.adapt.auto import blend_types, scratch_types
+    from latpred.predictors.adapt.wrappers import BlendedRegressor
+
+    source, new_ds, _ = pair
+    k, m, _, _ = _split(new_ds, 12)
+    adapted = adapt(source, k, m, NEW, "scale").types
+    scratch = scratch_types(k, 0)
+    mixed = blend_types(adapted, scratch, {"conv2d": 0.5, "activation": 0.0})
+    assert mixed["pool"] is adapted["pool"]                        # weight 1 (by default)
+    assert mixed["activation"].regressor is scratch["activation"].regressor   # weight 0
+    fit = mixed["conv2d"]
+    assert isinstance(fit.regressor, BlendedRegressor)
+    rows = k[k["kernel_type"] == "conv2d"]
+
+    def pred(f):
+        return f.regressor.predict(rows[["f_" + c for c in f.features]].to_numpy(float))
+
+    want = 0.5 * pred(adapted["conv2d"]) + 0.5 * pred(scratch["conv2d"])
+    assert pred(fit) == pytest.approx(want, rel=1e-12)
+    data, params = fit.regressor.export()
+    back = BlendedRegressor.restore(data, params)
+    X = rows[["f_" + c for c in fit.features]].to_numpy(float)
+    assert back.predict(X) == pytest.approx(fit.regressor.predict(X), rel=1e-12)
+    model = dataclasses.replace(adapt(source, k, m, NEW, "scale"), types=mixed)
+    model.save(tmp_path / "p")
+    loaded = LatencyModel.load(tmp_path / "p").types["conv2d"]
+    assert pred(loaded) == pytest.approx(want, rel=1e-12)
+
+
+def test_blend_weights_follow_each_types_out_of_fold_kernel_error():
+    """Per type, the adapted weight whose time-weighted out-of-fold error is within the
+    tolerance of the best, the adapted prediction alone first."""
+    from latpred.predictors.adapt.auto import OutOfFold
+
+    y = np.array([1.0, 2.0, 4.0, 1.0, 2.0, 4.0])
+    kernels = pd.DataFrame({"kernel_type": ["a"] * 3 + ["b"] * 3, "latency_ms": y})
+    adapted = y * np.array([1.0, 1.0, 1.0, 1.3, 0.7, 1.3])   # right on a, off on b
+    scratch = y * np.array([1.2, 0.8, 1.2, 1.0, 1.0, 1.0])   # off on a, right on b
+    oof = OutOfFold(kernels, pd.DataFrame(), np.zeros(6, int), np.zeros(1, int),
+                    {"scale": adapted}, scratch, {})
+    weights, errors = oof.blend_weights("scale")
+    assert weights == {"a": 1.0, "b": 0.0}
+    assert errors["b"][0.0] == 0.0 and errors["a"][1.0] == 0.0
+    mixed = oof.blended("scale", {"a": 1.0, "b": 0.5})
+    assert mixed == pytest.approx(np.concatenate([y[:3], 0.5 * adapted[3:] + 0.5 * y[3:]]))

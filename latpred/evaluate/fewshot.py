@@ -6,8 +6,9 @@ dataset, e.g. the zoo measured on the new device). For each n in `shots`, `draws
 of n pool models are drawn; on each, every method is trained and scored on the same test set:
 
 - `adapt global`, `adapt scale`, `adapt residual`, `adapt stacked`, `adapt auto`
-  (predictors/adapt.py; each with its overhead chosen by `adapt`'s cross-validation: the
-  source's scaled, or re-fitted);
+  (predictors/adapt/; each with its overhead chosen by `adapt`'s cross-validation: the
+  source's scaled, or re-fitted; `auto` also mixes each kernel type with a scratch Lasso where
+  the folds say so, and records the share of types it mixed);
 - `scratch <family>`: a LatencyModel trained on the n models alone (its usual search);
 - `source as is`: the source predictor unchanged (its kernel types that the new device lacks
   go to the flagged fallback), and `source x global factor`: its end-to-end predictions times
@@ -56,13 +57,17 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
     as_is = score_latpred(source, test, "source as is", "baseline")
     rows, last = [], []
     rng = np.random.default_rng(seed)
+    done: dict[tuple, list[MethodResult]] = {}   # the same models give the same results
     for n in usable:
         for draw in range(draws):
             ids = sorted(rng.choice(pool, size=n, replace=False))
             if progress:
                 progress(f"{n} models, draw {draw + 1}/{draws}")
-            methods = _methods(source, kernels, models, ids, test, target, families, seed,
-                               as_is, everything)
+            key = tuple(ids)   # at n = the pool's size every draw is the whole pool
+            if key not in done:
+                done[key] = _methods(source, kernels, models, ids, test, target, families, seed,
+                                     as_is, everything)
+            methods = done[key]
             rows += [{"method": m.name, "n_train": n, "draw": draw, **m.metrics}
                      for m in methods]
             last = methods
@@ -80,7 +85,7 @@ def summarize(per_draw: pd.DataFrame) -> pd.DataFrame:
     """Mean figures per (method, n_train) over the draws, with the MAPE's standard deviation."""
     from latpred.predictors.adapt import SIMPLEST_FIRST
 
-    chose = [f"chose_{m}" for m in SIMPLEST_FIRST] + ["chose_scaled_overhead"]
+    chose = [f"chose_{m}" for m in SIMPLEST_FIRST] + ["chose_scaled_overhead", "blended_types"]
     cols = [c for c in ("mape", "acc10", "mpe", "kendall_tau", *chose) if c in per_draw]
     g = per_draw.groupby(["method", "n_train"], sort=False)
     out = g[cols].mean().reset_index()
@@ -104,6 +109,9 @@ def _methods(source, kernels, models, ids, test: EvalSet, target, families, seed
             for m_ in SIMPLEST_FIRST:  # how often auto picks each
                 result.metrics[f"chose_{m_}"] = float(model.training["method"] == m_)
             result.metrics["chose_scaled_overhead"] = float(model.training["overhead"] == "scaled")
+            weights = model.training["blend_weights"]   # share of types mixed with scratch
+            result.metrics["blended_types"] = float(np.mean([w < 1 for w in weights.values()])) \
+                if weights else 0.0
         out.append(result)
     for family in families:
         model = LatencyModel.fit_tables(k, m, target, family, seed=seed)

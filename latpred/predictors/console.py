@@ -17,8 +17,10 @@ def print_training(model: Any) -> None:
         m = fit.metrics
         cv = "-" if m.get("cv_mape") is None else f"{100 * m['cv_mape']:.2f}%"
         params = ", ".join(f"{k}={v}" for k, v in (m.get("best_params") or {}).items())
-        if "scale" in m:  # a type adapted from another device (predictors/adapt.py)
+        if "scale" in m:  # a type adapted from another device (predictors/adapt/)
             params = f"source x {m['scale']:.3f}" + (" x residual trees" * bool(m["residual"]))
+        if "blend_weight" in m:  # mixed with (or, at 0, retrained as) a scratch Lasso
+            params = f"{m['blend_weight']:.2f} x adapted + {1 - m['blend_weight']:.2f} x scratch"
         table.add_row(ktype, str(m["n_rows"]), cv, f"{100 * m['train_mape']:.2f}%", params)
     console = Console()
     console.print(table)

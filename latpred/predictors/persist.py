@@ -135,10 +135,9 @@ def _read_manifest(root: Path) -> dict[str, Any]:
 
 def _families() -> dict[str, Any]:
     """The trainable families and the adapted wrappers (`latpred adapt`), by artifact family."""
-    from latpred.predictors.adapt import AdaptedRegressor, StackedRegressor
+    from latpred.predictors.adapt.wrappers import WRAPPERS
 
-    return {**FAMILIES, AdaptedRegressor.family: AdaptedRegressor,
-            StackedRegressor.family: StackedRegressor}
+    return {**FAMILIES, **WRAPPERS}
 
 
 def _check_name(ktype: str, entry: dict[str, Any]) -> str:

@@ -1,0 +1,196 @@
+"""`auto`: the adaptation chosen by cross-validation over the few models (folds by model, so no
+model is in its own test fold), and the blend of the adapted types with types trained on the
+new device's rows alone (docs/fewshot.md).
+
+One pass of folds gives every kernel row an out-of-fold prediction from each method and from
+a Lasso trained from scratch on the other folds' rows, and every model each fold's overheads;
+from those: the method and overhead by end-to-end MAPE, then per kernel type the weight of the
+adapted prediction against the scratch one by the type's time-weighted kernel error (the few
+models' hundreds of kernel labels, not their 10-30 end-to-end ones, judge each type)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from latpred.predictors.adapt.types import adapt_types
+from latpred.predictors.adapt.wrappers import BlendedRegressor
+from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_all_types, fit_fallback
+
+# From the simplest to the most flexible: `auto` keeps the simplest method whose cross-validated
+# error is within AUTO_TOLERANCE (relative) of the best, as a few models cannot tell apart
+# methods closer than that, and the simpler one carried better to real models (docs/fewshot.md).
+SIMPLEST_FIRST = ("global", "scale", "residual", "stacked")
+# The source's overhead scaled fits nothing on the few models; a re-fitted one fits one to three
+# coefficients on them.
+OVERHEAD_SIMPLEST_FIRST = ("scaled", "refit")
+AUTO_TOLERANCE = 0.05
+# The adapted prediction's weight against the scratch one, the adapted alone first: a type
+# moves towards its scratch Lasso only where that is more than AUTO_TOLERANCE better.
+BLEND_WEIGHTS = (1.0, 0.75, 0.5, 0.25, 0.0)
+FOLDS = 5
+
+
+def scaled_overhead(overhead, factor: float):
+    """The source's overhead with its milliseconds (intercept, per kernel) times `factor`; its
+    share of the kernel sum stays, as the sum is already the new device's."""
+    return dataclasses.replace(overhead, intercept=overhead.intercept * factor,
+                               per_kernel=overhead.per_kernel * factor)
+
+
+def fit_adapted_overhead(kind: str, source_overhead, factor: float, models: pd.DataFrame,
+                         seed: int):
+    """`scaled`: the source's overhead times `factor`; `refit`: one fitted on `models`."""
+    from latpred.predictors.overhead import fit_overhead
+
+    if kind == "scaled":
+        return scaled_overhead(source_overhead, factor)
+    return fit_overhead(models["n_kernels"].to_numpy(), models["kernel_sum_ms"].to_numpy(),
+                        models["latency_ms"].to_numpy(), "auto", seed)
+
+
+def scratch_types(kernels: pd.DataFrame, seed: int) -> dict[str, TypeFit]:
+    """Every kernel type of `kernels` trained on those rows alone (the Lasso family, searched)."""
+    from latpred.predictors.search import load_search
+
+    return fit_all_types(kernels, load_search("lasso", "latpred"), seed)
+
+
+@dataclasses.dataclass
+class OutOfFold:
+    """The folds' predictions: per kernel row (of `kernels`, the few models' rows) each
+    method's and the scratch Lasso's, from the fold that held its model out; per model (of
+    `models`) its fold and the kernel rows' model positions."""
+
+    kernels: pd.DataFrame
+    models: pd.DataFrame
+    row_model: np.ndarray                  # per kernel row: its model's position in `models`
+    fold: np.ndarray                       # per model: its fold
+    adapted: dict[str, np.ndarray]         # per method: per kernel row
+    scratch: np.ndarray | None             # per kernel row (None: not cross-validated)
+    overheads: dict[tuple[str, str], list]  # per (method, overhead kind): per fold
+
+    def e2e_mape(self, method: str, over: str, kernel_ms: np.ndarray | None = None) -> float:
+        """End-to-end MAPE of per-kernel predictions (by default `method`'s) summed per model
+        plus the fold's overhead (`over` fitted with `method`)."""
+        kernel_ms = self.adapted[method] if kernel_ms is None else kernel_ms
+        s = np.bincount(self.row_model, weights=kernel_ms, minlength=len(self.models))
+        n = self.models["n_kernels"].to_numpy()
+        pred = np.empty(len(s))
+        for f, oh in enumerate(self.overheads[method, over]):
+            at = self.fold == f
+            pred[at] = s[at] + oh.predict(n[at], s[at])
+        y = self.models["latency_ms"].to_numpy()
+        return float(np.mean(np.abs(pred - y) / y))
+
+    def blend_weights(self, method: str) -> tuple[dict[str, float], dict[str, dict]]:
+        """Per kernel type, the first of BLEND_WEIGHTS whose time-weighted out-of-fold kernel
+        error (sum |p - y| / sum y over the type's rows) is within AUTO_TOLERANCE of the
+        best; with the errors per weight."""
+        y = self.kernels["latency_ms"].to_numpy(np.float64)
+        weights, errors = {}, {}
+        for ktype, idx in self.kernels.groupby("kernel_type").indices.items():
+            a, s, t = self.adapted[method][idx], self.scratch[idx], y[idx]
+            err = {w: float(np.sum(np.abs(w * a + (1 - w) * s - t)) / np.sum(t))
+                   for w in BLEND_WEIGHTS}
+            best = min(err.values())
+            weights[ktype] = next(w for w in BLEND_WEIGHTS if err[w] <= best * (1 + AUTO_TOLERANCE))
+            errors[ktype] = err
+        return weights, errors
+
+    def blended(self, method: str, weights: dict[str, float]) -> np.ndarray:
+        """Per kernel row: the adapted and scratch predictions mixed by the type's weight."""
+        w = self.kernels["kernel_type"].map(weights).to_numpy(np.float64)
+        return w * self.adapted[method] + (1 - w) * self.scratch
+
+
+def cross_validate(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
+                   methods: Sequence[str], overheads: Sequence[str], seed: int,
+                   scratch: bool = True) -> OutOfFold | None:
+    """The out-of-fold predictions of FOLDS folds over the models (None under 4 models); the
+    scratch Lasso's only with `scratch`."""
+    from sklearn.model_selection import KFold
+
+    models = models.sort_values("model_id").reset_index(drop=True)
+    ids = models["model_id"].to_numpy()
+    if len(ids) < 4:
+        return None
+    kernels = kernels[kernels["model_id"].isin(set(ids))].reset_index(drop=True)
+    pos = {m: i for i, m in enumerate(ids)}
+    row_model = kernels["model_id"].map(pos).to_numpy()
+    fold = np.empty(len(ids), dtype=int)
+    adapted = {m: np.full(len(kernels), np.nan) for m in methods}
+    from_scratch = np.full(len(kernels), np.nan) if scratch else None
+    fold_overheads: dict[tuple[str, str], list] = {(m, o): [] for m in methods
+                                                   for o in overheads}
+    splits = KFold(min(FOLDS, len(ids)), shuffle=True, random_state=seed).split(ids)
+    for f, (train, test) in enumerate(splits):
+        fold[test] = f
+        tr, te = np.isin(row_model, train), np.isin(row_model, test)
+        k_tr, k_te, m_tr = kernels[tr], kernels[te], models.iloc[train]
+        fallback = fit_fallback(k_tr) or source.fallback
+        for method in methods:
+            types, common = adapt_types(source, k_tr, target, method, seed)
+            adapted[method][te] = predict_rows(types, fallback, k_te)
+            for over in overheads:
+                fold_overheads[method, over].append(
+                    fit_adapted_overhead(over, source.overhead, common, m_tr, seed))
+        if from_scratch is not None:
+            from_scratch[te] = predict_rows(scratch_types(k_tr, seed), fallback, k_te)
+    return OutOfFold(kernels, models, row_model, fold, adapted, from_scratch, fold_overheads)
+
+
+def choose(oof: OutOfFold, methods: Sequence[str], overheads: Sequence[str]
+           ) -> tuple[tuple[str, str], dict[str, float], dict[str, float]]:
+    """(method, overhead) by end-to-end MAPE over the folds: the simplest overhead whose best
+    method is within AUTO_TOLERANCE of the best of all, then the simplest method within
+    AUTO_TOLERANCE of the best with that overhead; with the cross-validated errors per method
+    (with the chosen overhead) and per overhead (with its best method)."""
+    cv = {(m, o): oof.e2e_mape(m, o) for m in methods for o in overheads}
+    best = min(cv.values())
+    over_cv = {o: min(cv[m, o] for m in methods) for o in overheads}
+    over = next(o for o in overheads if over_cv[o] <= best * (1 + AUTO_TOLERANCE))
+    per_method = {m: cv[m, over] for m in methods}
+    best_m = min(per_method.values())
+    method = next(m for m in methods if per_method[m] <= best_m * (1 + AUTO_TOLERANCE))
+    return (method, over), (per_method if len(methods) > 1 else {}), \
+        (over_cv if len(overheads) > 1 else {})
+
+
+def blend_types(adapted: dict[str, TypeFit], scratch: dict[str, TypeFit],
+                weights: dict[str, float]) -> dict[str, TypeFit]:
+    """Each adapted type mixed with its scratch fit by `weights` (1: the adapted fit as it is,
+    0: the scratch fit, retrained from the new rows alone); a mixed type's metrics are the
+    scratch fit's, with its `blend_weight` and the adapted fit's metrics under `adapted`."""
+    out = {}
+    for ktype, fit in adapted.items():
+        w = weights.get(ktype, 1.0)
+        if w == 1.0 or ktype not in scratch:
+            out[ktype] = fit
+            continue
+        other = scratch[ktype]
+        metrics = {**other.metrics, "blend_weight": w, "adapted": fit.metrics}
+        if w == 0.0:
+            out[ktype] = dataclasses.replace(other, metrics=metrics)
+            continue
+        features = (*fit.features, *(f for f in other.features if f not in fit.features))
+        col = {f: i for i, f in enumerate(features)}
+        reg = BlendedRegressor(fit.regressor, [col[f] for f in fit.features], other.regressor,
+                               [col[f] for f in other.features], w)
+        out[ktype] = TypeFit(ktype, features, reg, {**metrics, "n_rows": fit.metrics["n_rows"]})
+    return out
+
+
+def predict_rows(types: dict[str, TypeFit], fallback: TypeFit, kernels: pd.DataFrame
+                 ) -> np.ndarray:
+    """Per kernel row, its type's prediction from its measured features (not re-deduced); a
+    type that `types` lacks goes to `fallback`."""
+    out = np.zeros(len(kernels))
+    for ktype, idx in kernels.groupby("kernel_type").indices.items():
+        fit = types.get(ktype) or fallback
+        X = kernels.iloc[idx][[FEATURE_PREFIX + f for f in fit.features]].to_numpy(np.float64)
+        out[idx] = fit.regressor.predict(X)
+    return out

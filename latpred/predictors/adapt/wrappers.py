@@ -1,0 +1,165 @@
+"""The adapted predictor's persisted regressors: each saves as one JSON artifact that embeds the
+regressors it wraps (base64, with their sha256, checked when loaded), so an adapted predictor
+is an ordinary predictor directory (predictors/persist.py registers these families)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from latpred.predictors.base import LatencyRegressor
+
+
+class AdaptedRegressor(LatencyRegressor):
+    """A source regressor times a factor, optionally times a residual GBDT's ratio."""
+
+    artifact_suffix: ClassVar[str] = ".adapted.json"
+    family: ClassVar[str] = "adapted"
+
+    def __init__(self, base: LatencyRegressor | None = None, scale: float = 1.0,
+                 residual: LatencyRegressor | None = None,
+                 feature_scale: Sequence[float] | None = None):
+        self.base = base
+        self.scale = scale
+        self.residual = residual
+        self.feature_scale = None if feature_scale is None else tuple(feature_scale)
+        if base is not None:
+            self.n_features_in_ = base.n_features_in_
+
+    def fit(self, X: Any, y: Any) -> "AdaptedRegressor":  # pragma: no cover - built by adapt
+        raise NotImplementedError("AdaptedRegressor is built by latpred.predictors.adapt.")
+
+    def predict(self, X: Any) -> np.ndarray:
+        X = self._check_predict(X)
+        seen = X if self.feature_scale is None else X * np.asarray(self.feature_scale)
+        p = self.base.predict(seen) * self.scale
+        return p if self.residual is None else p * self.residual.predict(X)
+
+    def export(self) -> tuple[bytes, dict[str, Any]]:
+        doc = {"scale": float(self.scale), "base": pack(self.base),
+               "feature_scale": None if self.feature_scale is None else list(self.feature_scale),
+               "residual": pack(self.residual) if self.residual is not None else None}
+        return json.dumps(doc).encode(), {}
+
+    @classmethod
+    def restore(cls, data: bytes, params: dict[str, Any]) -> "AdaptedRegressor":
+        doc = json.loads(data.decode("utf-8"))
+        residual = unpack(doc["residual"]) if doc.get("residual") else None
+        return cls(unpack(doc["base"]), float(doc["scale"]), residual, doc.get("feature_scale"))
+
+
+class StackedRegressor(LatencyRegressor):
+    """A linear-family regressor over a type's features plus `base`'s prediction (the source
+    regressor times its factor) as one more column."""
+
+    artifact_suffix: ClassVar[str] = ".stacked.json"
+    family: ClassVar[str] = "stacked"
+
+    def __init__(self, base: AdaptedRegressor | None = None,
+                 head: LatencyRegressor | None = None,
+                 residual: LatencyRegressor | None = None):
+        self.base, self.head, self.residual = base, head, residual
+        if base is not None:
+            self.n_features_in_ = base.n_features_in_
+
+    def fit(self, X: Any, y: Any) -> "StackedRegressor":  # pragma: no cover - built by adapt
+        raise NotImplementedError("StackedRegressor is built by latpred.predictors.adapt.")
+
+    def predict(self, X: Any) -> np.ndarray:
+        X = self._check_predict(X)
+        p = self.head.predict(np.column_stack([X, self.base.predict(X)]))
+        return p if self.residual is None else p * self.residual.predict(X)
+
+    def export(self) -> tuple[bytes, dict[str, Any]]:
+        data, _ = self.base.export()
+        doc = {"base": json.loads(data.decode("utf-8")), "head": pack(self.head),
+               "residual": pack(self.residual) if self.residual is not None else None}
+        return json.dumps(doc).encode(), {}
+
+    @classmethod
+    def restore(cls, data: bytes, params: dict[str, Any]) -> "StackedRegressor":
+        doc = json.loads(data.decode("utf-8"))
+        base = AdaptedRegressor.restore(json.dumps(doc["base"]).encode(), {})
+        residual = unpack(doc["residual"]) if doc.get("residual") else None
+        return cls(base, unpack(doc["head"]), residual)
+
+
+class BlendedRegressor(LatencyRegressor):
+    """weight x `adapted` + (1 - weight) x `scratch`, each on its own columns of X (the union of
+    the adapted type's and the scratch type's features): the adapted source and a regressor
+    trained on the new device's rows alone, averaged where cross-validation says so."""
+
+    artifact_suffix: ClassVar[str] = ".blended.json"
+    family: ClassVar[str] = "blended"
+
+    def __init__(self, adapted: LatencyRegressor | None = None,
+                 adapted_columns: Sequence[int] = (),
+                 scratch: LatencyRegressor | None = None,
+                 scratch_columns: Sequence[int] = (), weight: float = 1.0):
+        self.adapted, self.scratch, self.weight = adapted, scratch, float(weight)
+        self.adapted_columns = tuple(int(c) for c in adapted_columns)
+        self.scratch_columns = tuple(int(c) for c in scratch_columns)
+        self.n_features_in_ = max((*self.adapted_columns, *self.scratch_columns), default=-1) + 1
+
+    def fit(self, X: Any, y: Any) -> "BlendedRegressor":  # pragma: no cover - built by adapt
+        raise NotImplementedError("BlendedRegressor is built by latpred.predictors.adapt.")
+
+    def predict(self, X: Any) -> np.ndarray:
+        X = self._check_predict(X)
+        a = self.adapted.predict(X[:, list(self.adapted_columns)])
+        s = self.scratch.predict(X[:, list(self.scratch_columns)])
+        return self.weight * a + (1.0 - self.weight) * s
+
+    def export(self) -> tuple[bytes, dict[str, Any]]:
+        doc = {"weight": self.weight, "adapted": pack(self.adapted),
+               "adapted_columns": list(self.adapted_columns), "scratch": pack(self.scratch),
+               "scratch_columns": list(self.scratch_columns)}
+        return json.dumps(doc).encode(), {}
+
+    @classmethod
+    def restore(cls, data: bytes, params: dict[str, Any]) -> "BlendedRegressor":
+        doc = json.loads(data.decode("utf-8"))
+        return cls(unpack(doc["adapted"]), doc["adapted_columns"], unpack(doc["scratch"]),
+                   doc["scratch_columns"], float(doc["weight"]))
+
+
+WRAPPERS: dict[str, type[LatencyRegressor]] = {
+    c.family: c for c in (AdaptedRegressor, StackedRegressor, BlendedRegressor)}
+
+
+def pack(reg: Any) -> dict[str, Any]:
+    """`reg`'s artifact as a JSON entry (family, params, sha256, base64 bytes)."""
+    from latpred.predictors.launch import LaunchStaged
+
+    if isinstance(reg, LaunchStaged):   # a source type with the launch-pattern stage
+        return {"family": LaunchStaged.family, "regressor": pack(reg.regressor),
+                "classifier": pack(reg.classifier)}
+    data, params = reg.export()
+    return {"family": type(reg).family, "params": params,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "artifact": base64.b64encode(data).decode("ascii")}
+
+
+def unpack(entry: dict[str, Any]) -> LatencyRegressor:
+    """The regressor of a `pack` entry; ValueError where its bytes fail their sha256."""
+    from latpred.predictors.launch import LaunchClassifier, LaunchStaged
+    from latpred.predictors.search import FAMILIES
+
+    if entry["family"] == LaunchStaged.family:
+        c = entry["classifier"]
+        data = base64.b64decode(c["artifact"])
+        if hashlib.sha256(data).hexdigest() != c["sha256"]:
+            raise ValueError("an embedded artifact does not match its sha256")
+        return LaunchStaged(unpack(entry["regressor"]),
+                            LaunchClassifier.restore(data, dict(c["params"])))
+    data = base64.b64decode(entry["artifact"])
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise ValueError("an embedded artifact does not match its sha256")
+    families = {**FAMILIES, **WRAPPERS}
+    if entry["family"] not in families:
+        raise ValueError(f"unknown embedded family {entry['family']!r}")
+    return families[entry["family"]].restore(data, dict(entry["params"]))

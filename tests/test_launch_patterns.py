@@ -12,7 +12,7 @@ import pytest
 from latpred.errors import PredictorError
 from latpred.features import FEATURES
 from latpred.predictors import LatencyModel, PercentGBDT, SearchSpec, launch
-from latpred.predictors.adapt import AdaptedRegressor
+from latpred.predictors.adapt.wrappers import AdaptedRegressor
 from latpred.predictors.launch import LaunchClassifier, LaunchStaged
 
 ROOT = Path(__file__).resolve().parents[1]

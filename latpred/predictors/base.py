@@ -154,3 +154,13 @@ class LinearBaseMixin:
                                               {"alpha": est.base_alpha})
             est.base_floor_ = float(lb["floor"])
         return est
+
+
+class ComposedRegressor(LatencyRegressor):
+    """A regressor assembled from fitted parts by another stage (`built_by`: adaptation, the
+    launch-pattern stage); it is never fitted itself."""
+
+    built_by: ClassVar[str] = ""
+
+    def fit(self, X: Any, y: Any) -> "ComposedRegressor":  # pragma: no cover - built elsewhere
+        raise NotImplementedError(f"{type(self).__name__} is built by {self.built_by}.")

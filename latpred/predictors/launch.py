@@ -22,7 +22,7 @@ carry the CUDA datasets' `launches` column (every row of the type), training add
   `FOLDS` folds) is still computed and stored in the fit's metrics.
 
 The type's TypeFit then holds a `LaunchStaged` regressor: it takes the type's usual feature
-rows and appends the classifier's probabilities itself, so `predict`, the batched path and
+rows and appends the classifier's columns (`stage_columns`) itself, so `predict`, the batched path and
 the supernet scorer call it like any regressor. Every family gets the columns. Datasets
 without `launches` (every non-CUDA target) train no stage and exactly the model they trained
 before. The classifier is saved as a LightGBM text model next to the regressor's artifact,
@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import pandas as pd
 
-from latpred.predictors.base import LatencyRegressor
+from latpred.predictors.base import ComposedRegressor, LatencyRegressor
 
 # Kernel types whose regressor gets the launch-pattern stage when their rows carry `launches`.
 LAUNCH_TYPES = frozenset({"grouped_conv2d"})
@@ -50,7 +50,7 @@ LAUNCH_COLUMN = "launches"
 EPILOGUE = re.compile(r"\+elementwise\+activation$")
 TOP_PATTERNS = 8          # classes: the commonest patterns, the others pooled
 OTHER = "other"
-FOLDS = 5                 # out-of-fold probabilities: GroupKFold by model
+FOLDS = 5                 # the classifier's out-of-fold accuracy: GroupKFold by model
 MIN_ROWS = 20             # fewer training rows of the type: no stage
 COLUMN_PREFIX = "launch_p"
 ONE_HOT, PROBABILITIES = "one_hot", "probabilities"   # what the regressor's columns hold
@@ -213,11 +213,12 @@ def fit_stage(X: np.ndarray, features: Sequence[str], rows: pd.DataFrame, seed: 
     return clf, one_hot(labels, len(classes)), metrics
 
 
-class LaunchStaged(LatencyRegressor):
+class LaunchStaged(ComposedRegressor):
     """A type's regressor behind its launch classifier: takes the type's feature rows, appends
-    the class probabilities and predicts with the regressor trained on both."""
+    the classifier's `stage_columns` and predicts with the regressor trained on both."""
 
     family: ClassVar[str] = "launch"
+    built_by: ClassVar[str] = "latpred.predictors.training"
 
     def __init__(self, regressor: LatencyRegressor | None = None,
                  classifier: LaunchClassifier | None = None):
@@ -225,9 +226,6 @@ class LaunchStaged(LatencyRegressor):
         self.classifier = classifier
         if classifier is not None:
             self.n_features_in_ = classifier.n_features
-
-    def fit(self, X: Any, y: Any) -> "LaunchStaged":  # pragma: no cover - built by fit_type
-        raise NotImplementedError("LaunchStaged is built by latpred.predictors.training.")
 
     def predict(self, X: Any) -> np.ndarray:
         X = self._check_predict(X)

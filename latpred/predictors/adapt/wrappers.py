@@ -11,14 +11,15 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from latpred.predictors.base import LatencyRegressor
+from latpred.predictors.base import ComposedRegressor, LatencyRegressor
 
 
-class AdaptedRegressor(LatencyRegressor):
+class AdaptedRegressor(ComposedRegressor):
     """A source regressor times a factor, optionally times a residual GBDT's ratio."""
 
     artifact_suffix: ClassVar[str] = ".adapted.json"
     family: ClassVar[str] = "adapted"
+    built_by: ClassVar[str] = "latpred.predictors.adapt"
 
     def __init__(self, base: LatencyRegressor | None = None, scale: float = 1.0,
                  residual: LatencyRegressor | None = None,
@@ -29,9 +30,6 @@ class AdaptedRegressor(LatencyRegressor):
         self.feature_scale = None if feature_scale is None else tuple(feature_scale)
         if base is not None:
             self.n_features_in_ = base.n_features_in_
-
-    def fit(self, X: Any, y: Any) -> "AdaptedRegressor":  # pragma: no cover - built by adapt
-        raise NotImplementedError("AdaptedRegressor is built by latpred.predictors.adapt.")
 
     def predict(self, X: Any) -> np.ndarray:
         X = self._check_predict(X)
@@ -52,12 +50,13 @@ class AdaptedRegressor(LatencyRegressor):
         return cls(unpack(doc["base"]), float(doc["scale"]), residual, doc.get("feature_scale"))
 
 
-class StackedRegressor(LatencyRegressor):
+class StackedRegressor(ComposedRegressor):
     """A linear-family regressor over a type's features plus `base`'s prediction (the source
     regressor times its factor) as one more column."""
 
     artifact_suffix: ClassVar[str] = ".stacked.json"
     family: ClassVar[str] = "stacked"
+    built_by: ClassVar[str] = "latpred.predictors.adapt"
 
     def __init__(self, base: AdaptedRegressor | None = None,
                  head: LatencyRegressor | None = None,
@@ -65,9 +64,6 @@ class StackedRegressor(LatencyRegressor):
         self.base, self.head, self.residual = base, head, residual
         if base is not None:
             self.n_features_in_ = base.n_features_in_
-
-    def fit(self, X: Any, y: Any) -> "StackedRegressor":  # pragma: no cover - built by adapt
-        raise NotImplementedError("StackedRegressor is built by latpred.predictors.adapt.")
 
     def predict(self, X: Any) -> np.ndarray:
         X = self._check_predict(X)
@@ -88,13 +84,14 @@ class StackedRegressor(LatencyRegressor):
         return cls(base, unpack(doc["head"]), residual)
 
 
-class BlendedRegressor(LatencyRegressor):
+class BlendedRegressor(ComposedRegressor):
     """weight x `adapted` + (1 - weight) x `scratch`, each on its own columns of X (the union of
     the adapted type's and the scratch type's features): the adapted source and a regressor
     trained on the new device's rows alone, averaged where cross-validation says so."""
 
     artifact_suffix: ClassVar[str] = ".blended.json"
     family: ClassVar[str] = "blended"
+    built_by: ClassVar[str] = "latpred.predictors.adapt"
 
     def __init__(self, adapted: LatencyRegressor | None = None,
                  adapted_columns: Sequence[int] = (),
@@ -104,9 +101,6 @@ class BlendedRegressor(LatencyRegressor):
         self.adapted_columns = tuple(int(c) for c in adapted_columns)
         self.scratch_columns = tuple(int(c) for c in scratch_columns)
         self.n_features_in_ = max((*self.adapted_columns, *self.scratch_columns), default=-1) + 1
-
-    def fit(self, X: Any, y: Any) -> "BlendedRegressor":  # pragma: no cover - built by adapt
-        raise NotImplementedError("BlendedRegressor is built by latpred.predictors.adapt.")
 
     def predict(self, X: Any) -> np.ndarray:
         X = self._check_predict(X)
@@ -151,15 +145,18 @@ def unpack(entry: dict[str, Any]) -> LatencyRegressor:
 
     if entry["family"] == LaunchStaged.family:
         c = entry["classifier"]
-        data = base64.b64decode(c["artifact"])
-        if hashlib.sha256(data).hexdigest() != c["sha256"]:
-            raise ValueError("an embedded artifact does not match its sha256")
         return LaunchStaged(unpack(entry["regressor"]),
-                            LaunchClassifier.restore(data, dict(c["params"])))
-    data = base64.b64decode(entry["artifact"])
-    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-        raise ValueError("an embedded artifact does not match its sha256")
+                            LaunchClassifier.restore(_checked(c), dict(c["params"])))
+    data = _checked(entry)
     families = {**FAMILIES, **WRAPPERS}
     if entry["family"] not in families:
         raise ValueError(f"unknown embedded family {entry['family']!r}")
     return families[entry["family"]].restore(data, dict(entry["params"]))
+
+
+def _checked(entry: dict[str, Any]) -> bytes:
+    """A `pack` entry's artifact bytes; ValueError where they fail their sha256."""
+    data = base64.b64decode(entry["artifact"])
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise ValueError("an embedded artifact does not match its sha256")
+    return data

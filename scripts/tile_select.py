@@ -57,10 +57,10 @@ NAMED_K = re.compile(r"tilesize\d+x\d+x(\d+)|_\d+x\d+_(\d+)x\d+")
 def sequence_info(seq: str) -> tuple[float, ...]:
     """(tile_m, tile_n, tile_k, kernels, layout transposes, split-K) of a kernel sequence;
     NaN where the GEMM kernel's name does not say (and for the pooled rare class)."""
-    if seq == "_rare":
+    if seq == tv.RARE:
         return (np.nan,) * 6
     kernels = json.loads(seq)
-    gemm = next((k for k in kernels if not any(h in k for h in tv.HELPERS)), kernels[-1])
+    gemm = tv.gemm_name(kernels)
     tile = name_tile(gemm) or (np.nan, np.nan)
     m = NAMED_K.search(gemm)
     tile_k = float(next(g for g in m.groups() if g)) if m else np.nan
@@ -73,7 +73,7 @@ def launch_table(train: pd.DataFrame, labels: np.ndarray) -> pd.DataFrame:
     """Registers, threads and shared memory of each implementation's longest kernel (the one the
     sweep recorded), median over its training rows: constants of the kernel, not of the shape."""
     rows = train.assign(impl=labels)
-    return rows[rows["impl"] != "_rare"].groupby("impl")[["registers", "block",
+    return rows[rows["impl"] != tv.RARE].groupby("impl")[["registers", "block",
                                                            "shared_memory"]].median()
 
 
@@ -108,9 +108,7 @@ def select_and_predict(train: pd.DataFrame, test: pd.DataFrame, folds: list
     """Method (7): latency of `test`, plus the selection accuracy, the CV-picked settings and
     the same regressor's score given the true implementation (the selection oracle)."""
     xtr, xte = tv.spatial_columns(train), tv.spatial_columns(test)
-    impl = tv.implementation(train)
-    counts = impl.value_counts()
-    labels = impl.where(impl.isin(counts[counts >= tv.MIN_IMPL_ROWS].index), "_rare").to_numpy()
+    labels = tv.implementation_labels(train)
     picked = RandomForestClassifier(**FOREST).fit(xtr, labels).predict(xte)
     truth = tv.implementation(test).to_numpy()
     codes = pd.Index(sorted(set(labels)))
@@ -120,7 +118,7 @@ def select_and_predict(train: pd.DataFrame, test: pd.DataFrame, folds: list
     ytr = train["latency_ms"].to_numpy()
     params = max(GRID, key=lambda p: np.mean([tv.metrics(ytr[b], tv.gbdt(
         xtr.iloc[a], ytr[a], xtr.iloc[b], **p))["acc10"] for a, b in folds]))
-    known = np.where(np.isin(truth, codes), truth, "_rare")
+    known = np.where(np.isin(truth, codes), truth, tv.RARE)
     both = tv.gbdt(xtr, ytr, pd.concat([
         implementation_columns(xte, test, picked, codes, launch, sms),
         implementation_columns(xte, test, known, codes, launch, sms)]), **params)
@@ -132,10 +130,7 @@ def select_and_predict(train: pd.DataFrame, test: pd.DataFrame, folds: list
 def run(seed: int, train_sweeps: int | None = None) -> dict[str, dict[str, float]]:
     df = tv.load_both()
     tr, te = tv.split_rows(df, "geometries", seed)
-    if train_sweeps is not None:
-        kept = {p.name for p in tv.geometry_sweeps()[:train_sweeps]}
-        rows = df.iloc[tr]
-        tr = tr[((rows["source"] == "cases") | rows["sweep"].isin(kept)).to_numpy()]
+    tr = tv.first_sweeps(df, tr, train_sweeps)
     train, test = df.iloc[tr], df.iloc[te]
     folds = tv._folds(train, "case", seed)
     pred, extra = select_and_predict(train, test, folds)

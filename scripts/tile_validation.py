@@ -260,6 +260,7 @@ def implementation(df: pd.DataFrame) -> pd.Series:
 # so `evaluate --forest-trees / --min-impl-rows` shrink it (the comparison at one setting then
 # re-runs the smaller training set at the same one).
 FOREST_TREES, MIN_IMPL_ROWS = 300, 3
+RARE = "_rare"   # the class of the pooled rare implementations (and kernels)
 
 
 def two_stage(train: pd.DataFrame, test: pd.DataFrame, folds: list, trees: int = FOREST_TREES,
@@ -268,9 +269,7 @@ def two_stage(train: pd.DataFrame, test: pd.DataFrame, folds: list, trees: int =
     GBDT column. Training rows get out-of-fold predictions, so the regressor learns how far to
     trust the classifier. Returns latency, selection accuracy and the predicted sequences."""
     xtr, xte = config_columns(train), config_columns(test)
-    impl = implementation(train)
-    counts = impl.value_counts()
-    lab = impl.where(impl.isin(counts[counts >= min_rows].index), "_rare").to_numpy()
+    lab = implementation_labels(train, min_rows)
     oof = np.empty(len(train), dtype=object)
     for a, b in folds:
         oof[b] = _forest(trees).fit(xtr.iloc[a], lab[a]).predict(xtr.iloc[b])
@@ -282,6 +281,13 @@ def two_stage(train: pd.DataFrame, test: pd.DataFrame, folds: list, trees: int =
     params = tune(xtr, ytr, folds)
     acc = float((pte == implementation(test).to_numpy()).mean())
     return gbdt(xtr, ytr, xte, **params), acc, pte
+
+
+def implementation_labels(train: pd.DataFrame, min_rows: int = MIN_IMPL_ROWS) -> np.ndarray:
+    """Each training row's implementation, those of fewer than `min_rows` rows pooled as RARE."""
+    impl = implementation(train)
+    counts = impl.value_counts()
+    return impl.where(impl.isin(counts[counts >= min_rows].index), RARE).to_numpy()
 
 
 def _forest(trees: int = FOREST_TREES) -> RandomForestClassifier:
@@ -300,12 +306,16 @@ def _folds(train: pd.DataFrame, split: str, seed: int) -> list:
 HELPERS = ("nchwToNhwc", "nhwcToNchw", "init_device_work", "splitKreduce")
 
 
+def gemm_name(kernels: list[str]) -> str:
+    """A kernel sequence's GEMM kernel: its first kernel that is no helper (else its last)."""
+    return next((k for k in kernels if not any(t in k for t in HELPERS)), kernels[-1])
+
+
 def gemm_kernel(df: pd.DataFrame) -> pd.DataFrame:
     """`df` with `kernel` = the convolution's GEMM kernel (its one kernel that is no helper)
     and `grid` = that kernel's grid, NaN where the sweep recorded another (it kept the longest
     kernel, a layout transpose in 14% of the rows)."""
-    names = [next((k for k in json.loads(ks) if not any(t in k for t in HELPERS)),
-                  json.loads(ks)[-1]) for ks in df["kernels"]]
+    names = [gemm_name(json.loads(ks)) for ks in df["kernels"]]
     grid = np.where(np.asarray(names, dtype=object) == df["kernel"].to_numpy(),
                     df["grid"].to_numpy(float), np.nan)
     return df.assign(kernel=names, grid=grid)
@@ -335,6 +345,16 @@ def paper_rows(train: pd.DataFrame, test: pd.DataFrame, impl: np.ndarray) -> dic
 SPLITS = ("random", "case", "geometries", "cases+random", "cases+random-lenient")
 
 
+def first_sweeps(df: pd.DataFrame, rows: np.ndarray, k: int | None) -> np.ndarray:
+    """Of the row positions `rows` of `load_both()`'s `df`, the CASES rows and those of the
+    first `k` random-geometry sweeps (`geometry_sweeps()` order); all of them for k None."""
+    if k is None:
+        return rows
+    kept = {p.name for p in geometry_sweeps()[:k]}
+    part = df.iloc[rows]
+    return rows[((part["source"] == "cases") | part["sweep"].isin(kept)).to_numpy()]
+
+
 def evaluate(split: str, seed: int, tuned: bool = True, train_sweeps: int | None = None,
              trees: int = FOREST_TREES, min_rows: int = MIN_IMPL_ROWS
              ) -> dict[str, dict[str, float]]:
@@ -344,10 +364,7 @@ def evaluate(split: str, seed: int, tuned: bool = True, train_sweeps: int | None
     what more geometries buy, on the same held-out geometries."""
     df = load() if split in ("random", "case") else load_both()
     tr, te = split_rows(df, split, seed)
-    if train_sweeps is not None:
-        kept = {p.name for p in geometry_sweeps()[:train_sweeps]}
-        rows = df.iloc[tr]
-        tr = tr[((rows["source"] == "cases") | rows["sweep"].isin(kept)).to_numpy()]
+    tr = first_sweeps(df, tr, train_sweeps)
     train, test = df.iloc[tr], df.iloc[te]
     folds = _folds(train, "random" if split == "random" else "case", seed)
     staged, sel_acc, impl = two_stage(train, test, folds, trees, min_rows)

@@ -64,6 +64,73 @@ def test_patterns_drop_the_fused_epilogue_and_pool_the_rare_ones():
     assert labels[-1] == launch.TOP_PATTERNS and labels[0] == 0
 
 
+def test_per_group_loops_get_one_name_whatever_the_groups():
+    assert launch.loop_name("conv+conv", 2) == "loop:conv"
+    assert launch.loop_name("+".join(["conv"] * 16), 16) == "loop:conv"
+    unit = "other+memset+other+conv+transform"
+    assert launch.loop_name("+".join([unit] * 20), 20) == launch.loop_name(unit + "+" + unit, 2)
+    mixed = unit + "+other+memset+other+conv+other"
+    assert launch.loop_name(mixed, 2) == ("loop:conv+memset+other+other+other|"
+                                          "conv+memset+other+other+transform")
+    # Not a loop: one grouped kernel, two convs for four groups, units of unequal length.
+    assert launch.loop_name("memset+transform+conv+transform", 4) == \
+        "memset+transform+conv+transform"
+    assert launch.loop_name("conv+conv", 4) == "conv+conv"
+    assert launch.loop_name("conv+conv+transform", 2) == "conv+conv+transform"
+    pats = launch.launch_patterns(["conv+conv+elementwise+activation", "conv"], [2, 8])
+    assert list(pats) == ["loop:conv", "conv"]
+
+
+def test_rare_loops_and_rare_patterns_pool_apart():
+    many = [f"p{i}" for i in range(10) for _ in range(20 - i)] + ["loop:a", "loop:b", "q"]
+    classes, labels = launch.pattern_classes(np.array(many, dtype=object))
+    assert classes[-2:] == (launch.LOOP_OTHER, launch.OTHER)
+    assert [classes[i] for i in labels[-3:]] == [launch.LOOP_OTHER, launch.LOOP_OTHER,
+                                                 launch.OTHER]
+
+
+def loop_frame(n_models: int, per: int, seed: int, groups=(2, 3, 4, 6)) -> pd.DataFrame:
+    """Grouped-conv rows where cuDNN either runs one grouped kernel or loops over the groups
+    (per-group channels not a multiple of 8): a loop costs groups x its unit."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for m in range(n_models):
+        for _ in range(per):
+            f = {c: float(rng.integers(1, 64)) for c in FEATURES[GROUPED]}
+            g = float(rng.choice(groups))
+            gin = float(rng.choice([4, 6, 8, 12, 16, 24]))
+            f.update(groups=g, group_in_c=gin, group_in_align=8.0 if gin % 8 == 0 else 2.0,
+                     input_c=g * gin)
+            loop = gin % 8 != 0
+            unit = 0.004 + 0.0005 * gin
+            ms = (g * unit if loop else unit * 1.5) * rng.lognormal(0, 0.01)
+            launches = "+".join(["other+conv+other"] * int(g)) if loop else "conv"
+            rows.append({"model_id": f"m{seed}-{m}", "kernel_type": GROUPED, "latency_ms": ms,
+                         "launches": launches + "+elementwise+activation",
+                         **{"f_" + k: v for k, v in f.items()}})
+    return pd.DataFrame(rows)
+
+
+def test_loops_are_learned_per_repetition_and_extrapolate_in_groups():
+    k = loop_frame(40, 10, 0)
+    s = k.groupby("model_id")["latency_ms"].agg(["sum", "size"])
+    m = pd.DataFrame({"model_id": s.index, "latency_ms": s["sum"].to_numpy() + 0.1,
+                      "n_kernels": s["size"].to_numpy(), "kernel_sum_ms": s["sum"].to_numpy()})
+    fit = LatencyModel.fit_tables(k, m, T, "gbdt", quick()).types[GROUPED]
+    clf = fit.regressor.classifier
+    assert clf.scaling == launch.PER_GROUP and "loop:conv+other+other" in clf.classes
+    test = loop_frame(10, 10, 1, groups=(16, 32))       # four to eight times the groups seen
+    loops = test["launches"].str.startswith("other").to_numpy()
+    X, y = test[COLS].to_numpy(), test["latency_ms"].to_numpy()
+    err = np.abs(fit.regressor.predict(X) / y - 1)
+    assert loops.any() and np.median(err[loops]) < 0.1
+    # The same regressor without the scaling (a predictor saved before it) cannot follow.
+    data, params = clf.export()
+    params["scaling"] = launch.NO_SCALING
+    old = LaunchStaged(fit.regressor.regressor, LaunchClassifier.restore(data, params))
+    assert np.median(np.abs(old.predict(X) / y - 1)[loops]) > 0.5
+
+
 def test_stage_is_trained_only_where_launches_exist():
     k, m = frame(12, 8, 0)
     staged = LatencyModel.fit_tables(k, m, T, "gbdt", quick())
@@ -177,11 +244,11 @@ def test_the_regressor_gets_the_likeliest_class_one_hot(cuda):
     model, _, _ = cuda
     clf = model.types[GROUPED].regressor.classifier
     X = np.random.default_rng(1).uniform(1, 64, (30, clf.n_features))
-    cols, P = clf.stage_columns(X), clf.predict_proba(X)
+    (cols, _), P = clf.stage_columns(X), clf.predict_proba(X)
     assert clf.encoding == "one_hot"
     assert np.array_equal(cols.sum(axis=1), np.ones(len(X))) and set(np.unique(cols)) <= {0, 1}
     assert np.array_equal(cols.argmax(axis=1), P.argmax(axis=1))
     # A classifier saved before the one-hot stage (no "encoding") feeds its probabilities.
     data, params = clf.export()
     params.pop("encoding")
-    assert np.array_equal(LaunchClassifier.restore(data, params).stage_columns(X), P)
+    assert np.array_equal(LaunchClassifier.restore(data, params).stage_columns(X)[0], P)

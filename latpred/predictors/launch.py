@@ -10,9 +10,16 @@ features nearly determine it, so for the kernel types of `LAUNCH_TYPES` whose tr
 carry the CUDA datasets' `launches` column (every row of the type), training adds a stage:
 
 - the rows' patterns (`launches` without the fused epilogue's trailing
-  "+elementwise+activation") are reduced to the `TOP_PATTERNS` commonest, the rest to one
-  "other" class; a LightGBM classifier of those classes is trained on the type's features
-  but the graph-level `context_bytes` (cuDNN chooses from the convolution alone);
+  "+elementwise+activation") are named canonically: a per-group loop (G groups, G convs, the
+  launches G repeats of a unit of equal length) is "loop:" + its units' launch kinds, whatever
+  G (cuDNN's fallback runs one conv per group: 2 groups and 20 are the same pattern, 2 and 20
+  times); the classes are the `TOP_PATTERNS` commonest, the rest pooled into "loop:other" or
+  "other"; a LightGBM classifier of those classes is trained on the type's features but the
+  graph-level `context_bytes` (cuDNN chooses from the convolution alone);
+- a loop's latency is about G times its unit's, which trees cannot extrapolate to G beyond
+  the training rows': the regressor learns the latency per repetition (latency / G for a loop
+  class, the latency otherwise; the same relative error, so the same Eq. 1) and the stage
+  multiplies its prediction by the predicted class's repetitions (`repetitions`);
 - the regressor is trained on the pattern class each training row really ran (one-hot
   columns `launch_p0..`) and, at prediction, given the classifier's likeliest class the same
   way (one-hot). Trained on out-of-fold probabilities instead (the first version), it learned
@@ -29,8 +36,8 @@ before. The classifier is saved as a LightGBM text model next to the regressor's
 its sha256 in predictor.json (predictors/persist.py).
 
 Protocol (a) on h100-cuda-synthetic (GBDT), probabilities: grouped convs 14.6% -> 12.6% per
-kernel, end to end 3.91% -> 3.63%; protocol (c) on the zoo unchanged (2.72%). One-hot: see
-docs/results/cuda-campaigns/README.md, session 12.
+kernel, end to end 3.91% -> 3.63%; protocol (c) on the zoo unchanged (2.72%). One-hot, and
+loops per repetition: see docs/results/cuda-campaigns/README.md, sessions 12 and 13.
 """
 
 from __future__ import annotations
@@ -50,6 +57,10 @@ LAUNCH_COLUMN = "launches"
 EPILOGUE = re.compile(r"\+elementwise\+activation$")
 TOP_PATTERNS = 8          # classes: the commonest patterns, the others pooled
 OTHER = "other"
+LOOP = "loop:"            # class-name prefix of cuDNN's per-group loops
+LOOP_OTHER = LOOP + "other"
+GROUPS = "groups"         # the feature a loop class repeats its unit by
+PER_GROUP, NO_SCALING = "per_group", "none"   # how the regressor's target is scaled
 FOLDS = 5                 # the classifier's out-of-fold accuracy: GroupKFold by model
 MIN_ROWS = 20             # fewer training rows of the type: no stage
 COLUMN_PREFIX = "launch_p"
@@ -62,9 +73,26 @@ CLASSIFIER_PARAMS = {"n_estimators": 300, "learning_rate": 0.05, "num_leaves": 1
                      "min_child_samples": 5}
 
 
-def launch_patterns(launches: Sequence[str] | pd.Series) -> np.ndarray:
-    """The launch pattern of each kernel: its launches without the fused epilogue."""
-    return np.array([EPILOGUE.sub("", str(s)) for s in launches], dtype=object)
+def launch_patterns(launches: Sequence[str] | pd.Series,
+                    groups: Sequence[float] | None = None) -> np.ndarray:
+    """The launch pattern of each kernel: its launches without the fused epilogue; with the
+    rows' `groups`, per-group loops named canonically (`loop_name`)."""
+    pats = [EPILOGUE.sub("", str(s)) for s in launches]
+    if groups is not None:
+        pats = [loop_name(p, int(g)) for p, g in zip(pats, groups)]
+    return np.array(pats, dtype=object)
+
+
+def loop_name(pattern: str, groups: int) -> str:
+    """"loop:" + the sorted set of unit kinds where `pattern` runs one conv per group in
+    `groups` units of equal length (cuDNN's per-group fallback: e.g. 'other+conv+other' x G),
+    else `pattern` unchanged."""
+    launches = pattern.split("+")
+    if groups < 2 or launches.count("conv") != groups or len(launches) % groups:
+        return pattern
+    n = len(launches) // groups
+    units = {"+".join(sorted(launches[i * n:(i + 1) * n])) for i in range(groups)}
+    return LOOP + "|".join(sorted(units))
 
 
 def applies(kernel_type: str, rows: pd.DataFrame) -> bool:
@@ -80,14 +108,16 @@ def applies(kernel_type: str, rows: pd.DataFrame) -> bool:
 
 def pattern_classes(patterns: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
     """The classes (the TOP_PATTERNS commonest patterns, most rows first, ties by name, then
-    OTHER when any pattern is left) and each row's class index."""
+    LOOP_OTHER and OTHER where rare loops / other patterns are left) and each row's class
+    index."""
     counts = pd.Series(patterns).value_counts()
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     classes = [p for p, _ in ranked[:TOP_PATTERNS]]
-    if len(ranked) > TOP_PATTERNS:
-        classes.append(OTHER)
+    rest = [p for p, _ in ranked[TOP_PATTERNS:]]
+    pool = {p: LOOP_OTHER if p.startswith(LOOP) else OTHER for p in rest}
+    classes += sorted(set(pool.values()), key=[LOOP_OTHER, OTHER].index)
     index = {p: i for i, p in enumerate(classes)}
-    labels = np.array([index.get(p, len(classes) - 1) for p in patterns], dtype=np.int64)
+    labels = np.array([index[pool.get(p, p)] for p in patterns], dtype=np.int64)
     return tuple(classes), labels
 
 
@@ -105,16 +135,21 @@ class LaunchClassifier:
     family: ClassVar[str] = "launch_classifier"
 
     def __init__(self, classes: Sequence[str], booster: Any, features: Sequence[str],
-                 inputs: Sequence[str], encoding: str = ONE_HOT):
+                 inputs: Sequence[str], encoding: str = ONE_HOT, scaling: str = NO_SCALING):
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown launch-column encoding {encoding!r}")
+        if scaling not in (PER_GROUP, NO_SCALING) or (scaling == PER_GROUP
+                                                      and GROUPS not in features):
+            raise ValueError(f"unknown launch target scaling {scaling!r}")
         self.encoding = encoding
+        self.scaling = scaling
         self.classes = tuple(classes)
         self.booster = booster
         self.features = tuple(features)
         self.inputs = tuple(inputs)
         self.n_features = len(self.features)
         self._columns = np.array([self.features.index(f) for f in self.inputs], dtype=np.intp)
+        self._loops = np.array([c.startswith(LOOP) for c in self.classes], dtype=bool)
 
     @classmethod
     def fit(cls, X: np.ndarray, labels: np.ndarray, classes: Sequence[str],
@@ -131,7 +166,8 @@ class LaunchClassifier:
                   "deterministic": True, "force_col_wise": True, "verbose": -1}
         booster = lgb.train(params, lgb.Dataset(X, label=labels, params={"verbose": -1}),
                             num_boost_round=p["n_estimators"])
-        return cls(classes, booster, features, inputs)
+        return cls(classes, booster, features, inputs,
+                   scaling=PER_GROUP if GROUPS in features else NO_SCALING)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """(rows, classes) probabilities of feature rows (columns `features`)."""
@@ -139,12 +175,23 @@ class LaunchClassifier:
         P = self.booster.predict(X, num_threads=1)
         return np.asarray(P, dtype=np.float64).reshape(len(X), len(self.classes))
 
-    def stage_columns(self, X: np.ndarray) -> np.ndarray:
+    def stage_columns(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The columns the regressor reads beside the type's features: the likeliest class,
         one-hot (predictors saved before the one-hot stage: the probabilities they were
-        trained on)."""
+        trained on); and each row's `repetitions` of that class."""
         P = self.predict_proba(X)
-        return P if self.encoding == PROBABILITIES else one_hot(P.argmax(axis=1), P.shape[1])
+        labels = P.argmax(axis=1)
+        cols = P if self.encoding == PROBABILITIES else one_hot(labels, P.shape[1])
+        return cols, self.repetitions(X, labels)
+
+    def repetitions(self, X: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """What the regressor's per-repetition prediction is multiplied by: the rows' groups
+        where their class is a loop and the target is scaled per group, else 1 (predictors
+        saved before the scaling: 1)."""
+        if self.scaling == NO_SCALING:
+            return np.ones(len(labels))
+        groups = np.asarray(X, dtype=np.float64)[:, self.features.index(GROUPS)]
+        return np.where(self._loops[labels], np.maximum(groups, 1.0), 1.0)
 
     def columns(self) -> list[str]:
         return [f"{COLUMN_PREFIX}{i}" for i in range(len(self.classes))]
@@ -154,7 +201,7 @@ class LaunchClassifier:
         return (self.booster.model_to_string().encode(),
                 {"classes": list(self.classes), "features": list(self.features),
                  "inputs": list(self.inputs), "params": dict(CLASSIFIER_PARAMS),
-                 "encoding": self.encoding})
+                 "encoding": self.encoding, "scaling": self.scaling})
 
     @classmethod
     def restore(cls, data: bytes, params: dict[str, Any]) -> "LaunchClassifier":
@@ -166,8 +213,10 @@ class LaunchClassifier:
         if not set(inputs) <= set(features) or booster.num_feature() != len(inputs) or \
                 booster.num_model_per_iteration() != len(classes):
             raise ValueError("the launch classifier does not match its declared shape")
-        # Artifacts written before the one-hot stage have no "encoding": probabilities.
-        return cls(classes, booster, features, inputs, params.get("encoding", PROBABILITIES))
+        # Artifacts written before the one-hot stage have no "encoding": probabilities; before
+        # the per-group loops no "scaling": none.
+        return cls(classes, booster, features, inputs, params.get("encoding", PROBABILITIES),
+                   params.get("scaling", NO_SCALING))
 
 
 def one_hot(labels: np.ndarray, n_classes: int) -> np.ndarray:
@@ -198,19 +247,21 @@ def out_of_fold(X: np.ndarray, labels: np.ndarray, classes: Sequence[str],
 
 
 def fit_stage(X: np.ndarray, features: Sequence[str], rows: pd.DataFrame, seed: int = 0
-              ) -> tuple[LaunchClassifier, np.ndarray, dict[str, Any]]:
+              ) -> tuple[LaunchClassifier, np.ndarray, np.ndarray, dict[str, Any]]:
     """The classifier (fitted on every row), the regressor's extra training columns (each
-    row's true class, one-hot) and metrics (the classifier's out-of-fold accuracy), for
+    row's true class, one-hot), what each row's latency is divided by for the regressor
+    (its true class's repetitions) and metrics (the classifier's out-of-fold accuracy), for
     training rows that `applies` accepts (X: their rows of `features`, in row order)."""
     X = np.asarray(X, dtype=np.float64)
-    patterns = launch_patterns(rows[LAUNCH_COLUMN])
+    groups_col = X[:, list(features).index(GROUPS)] if GROUPS in features else None
+    patterns = launch_patterns(rows[LAUNCH_COLUMN], groups_col)
     classes, labels = pattern_classes(patterns)
     groups = rows["model_id"].to_numpy() if "model_id" in rows else None
     oof = out_of_fold(X, labels, classes, features, groups, seed)
     clf = LaunchClassifier.fit(X, labels, classes, features, seed)
     metrics = {"n_patterns": int(len(set(patterns))), "n_classes": len(classes),
                "oof_accuracy": float(np.mean(np.argmax(oof, axis=1) == labels))}
-    return clf, one_hot(labels, len(classes)), metrics
+    return clf, one_hot(labels, len(classes)), clf.repetitions(X, labels), metrics
 
 
 class LaunchStaged(ComposedRegressor):
@@ -229,4 +280,5 @@ class LaunchStaged(ComposedRegressor):
 
     def predict(self, X: Any) -> np.ndarray:
         X = self._check_predict(X)
-        return self.regressor.predict(np.hstack([X, self.classifier.stage_columns(X)]))
+        cols, reps = self.classifier.stage_columns(X)
+        return self.regressor.predict(np.hstack([X, cols])) * reps

@@ -185,20 +185,22 @@ def fit_type(kernel_type: str, rows: pd.DataFrame, spec: SearchSpec, seed: int,
     groups = rows["model_id"].to_numpy() if "model_id" in rows else None
     stage = launch.fit_stage(X.to_numpy(), features, rows, seed) \
         if launch.applies(kernel_type, rows) else None
+    reps = np.ones(len(y))
     if stage is not None:
-        classifier, classes, _ = stage
+        classifier, classes, reps, _ = stage
         X = pd.concat([X, pd.DataFrame(classes, columns=classifier.columns())], axis=1)
-    result = fit_searched(spec, X, y, seed=seed, groups=groups)
+    # With the stage, a per-group loop's regressor learns the latency per repetition.
+    result = fit_searched(spec, X, y / reps, seed=seed, groups=groups)
     # The training error on the columns the regressor was fitted on (with the stage: the
     # true pattern classes, not the classifier's).
-    pred = result.estimator.predict(X)
+    pred = result.estimator.predict(X) * reps
     metrics = {"n_rows": int(len(y)), "search": spec.name, "n_candidates": result.n_candidates,
                "best_params": result.best_params, "cv_mape": result.cv_mape,
                "train_mape": float(np.mean(np.abs(pred - y) / y))}
     if stage is None:
         return TypeFit(kernel_type, features, result.estimator, metrics)
     return TypeFit(kernel_type, features, launch.LaunchStaged(result.estimator, stage[0]),
-                   {**metrics, "launch": stage[2]})
+                   {**metrics, "launch": stage[3]})
 
 
 def fit_fallback(rows: pd.DataFrame) -> TypeFit | None:

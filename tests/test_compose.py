@@ -185,7 +185,8 @@ def context_sensitive(model):
     return replace(model, types=types)
 
 
-def test_block_scores_equal_predict_many_with_context(parts, tmp_path):
+@pytest.mark.parametrize("overhead", ["auto", "typed"])
+def test_block_scores_equal_predict_many_with_context(parts, tmp_path, overhead):
     from latpred.features import context_bytes
     from latpred.predictors import BlockScores, LatencyModel
     from latpred.predictors.search import SearchSpec
@@ -194,7 +195,10 @@ def test_block_scores_equal_predict_many_with_context(parts, tmp_path):
     target = "host/cpu/fp32/t1"
     ds = simdata.simulate(tmp_path / "ds", target, n_models=20, seed=3)
     model = context_sensitive(LatencyModel.fit(ds, target, family="gbdt",
-                                               search=SearchSpec("gbdt", "t", method="none")))
+                                               search=SearchSpec("gbdt", "t", method="none"),
+                                               overhead=overhead))
+    # A typed overhead: the subnets' kernel counts per type are summed over their blocks.
+    assert (model.overhead.kind == "typed") == (overhead == "typed")
     scores = BlockScores(model, graphs, allow_fallback=True)
     keys = list(block_subnets())
     chained = [chain([graphs[k] for k in s], rename=False) for s in keys]

@@ -217,6 +217,26 @@ def test_saved_and_loaded_predictor_predicts_identically(cuda):
         assert np.array_equal(a.kernel_ms, b.kernel_ms) and a.total_ms == b.total_ms
 
 
+def test_typed_overhead_counts_each_graphs_kernels_per_type(cuda, tmp_path):
+    from latpred.dataset import Dataset
+
+    model, graphs, _ = cuda
+    typed = LatencyModel.fit(Dataset.open(SYN), T, "gbdt", quick(), overhead="typed",
+                             model_ids=model.training["train_models"])
+    o = typed.overhead
+    assert o.kind == "typed" and GROUPED in o.types
+    for p in typed.predict_many(graphs):
+        kinds = [k.type for k in p.kernels]
+        want = (o.intercept + o.per_kernel_ms * p.kernel_sum_ms
+                + sum(dict(o.per_type).get(t, o.per_kernel) for t in kinds))
+        assert p.overhead_ms == pytest.approx(want, rel=1e-9)
+    typed.save(tmp_path / "p")
+    back = LatencyModel.load(tmp_path / "p")
+    assert back.overhead == o
+    assert [p.total_ms for p in back.predict_many(graphs)] == \
+        [p.total_ms for p in typed.predict_many(graphs)]
+
+
 def test_a_modified_classifier_is_refused(cuda, tmp_path):
     import shutil
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from latpred.errors import ConfigError, LatpredError, PredictorError
 from latpred.predictors import (FAMILIES, LatencyModel, PercentGBDT, PositiveLasso,
-                                SearchSpec, fit_overhead, fit_searched, load_search)
+                                OverheadModel, SearchSpec, fit_overhead, fit_searched,
+                                load_search)
 from latpred.predictors.objective import mspe, mspe_objective, percentage_weights
 from latpred.predictors.training import feature_schema, fit_fallback
 
@@ -162,6 +163,41 @@ def test_overhead_learns_per_kernel_cost_and_paper_constant():
     assert np.isclose(const.intercept, np.mean(e - s))
     # A truly constant overhead keeps the paper's model.
     assert fit_overhead(n, s, s + 0.5 + rng.normal(0, 0.05, 80), "auto").kind == "constant"
+
+
+def typed_models(n_models: int, seed: int = 3):
+    """Models whose overhead costs 0.002 ms per 'a' kernel and 0.02 per 'b' kernel."""
+    rng = np.random.default_rng(seed)
+    counts = pd.DataFrame({"a": rng.integers(5, 40, n_models),
+                           "b": rng.integers(0, 6, n_models)}).astype(float)
+    s = rng.uniform(0.2, 2, n_models)
+    e = s + 0.05 + 0.002 * counts["a"] + 0.02 * counts["b"] + 0.1 * s
+    return counts, s, e.to_numpy()
+
+
+def test_typed_overhead_learns_a_cost_per_kernel_type():
+    counts, s, e = typed_models(200)
+    n = counts.sum(axis=1).to_numpy()
+    auto = fit_overhead(n, s, e, "auto", type_counts=counts)
+    assert auto.kind == "typed" and dict(auto.per_type) == pytest.approx({"a": .002, "b": .02})
+    assert auto.per_kernel_ms == pytest.approx(0.1) and auto.intercept == pytest.approx(0.05)
+    # per_kernel: the training kernels' mean cost, for a type the fit never saw.
+    assert auto.per_kernel == pytest.approx((.002 * counts.a.sum() + .02 * counts.b.sum())
+                                            / counts.to_numpy().sum())
+    # Model 0: two 'a', one 'b' and one kernel of an unseen type; model 1: three unseen.
+    got = auto.predict([4, 3], [1.0, 1.0], {"a": np.array([2, 0]), "b": np.array([1, 0])})
+    want_unseen = 0.05 + 3 * auto.per_kernel + 0.1       # three kernels of an unseen type
+    assert got == pytest.approx([0.05 + .004 + .02 + auto.per_kernel + 0.1, want_unseen])
+    with pytest.raises(LatpredError, match="per type"):
+        auto.predict(3, 1.0)
+    assert OverheadModel.from_json(auto.to_json()) == auto
+    # Without counts, or with too few models per coefficient, auto stays with the linear model.
+    assert fit_overhead(n, s, e, "auto").kind == "linear"
+    small = typed_models(40)
+    assert fit_overhead(small[0].sum(axis=1), small[1], small[2], "auto",
+                        type_counts=small[0]).kind != "typed"
+    with pytest.raises(LatpredError, match="kernel counts per type"):
+        fit_overhead(n, s, e, "typed")
 
 
 def test_overhead_needs_models():

@@ -25,7 +25,10 @@ def print_training(model: Any) -> None:
     console = Console()
     console.print(table)
     o = model.overhead
-    console.print(f"overhead ({o.kind}): {o.intercept:.4f} ms + {o.per_kernel:.5f} ms per kernel "
+    per = (f"{o.per_kernel:.5f} ms per kernel" if not o.per_type else
+           "per kernel " + ", ".join(f"{t} {c:.5f}" for t, c in o.per_type)
+           + f", other types {o.per_kernel:.5f} ms")
+    console.print(f"overhead ({o.kind}): {o.intercept:.4f} ms + {per} "
                   f"+ {o.per_kernel_ms:.4f} x kernel time, from {o.n_models} models")
 
 

@@ -25,7 +25,7 @@ from latpred.graph import Graph
 from latpred.predictors.overhead import OverheadModel, fit_overhead
 from latpred.predictors.search import SearchSpec, family_class, load_search
 from latpred.predictors.training import (TypeFit, fit_all_types, fit_fallback, load_tables,
-                                         with_graph_columns)
+                                         type_counts, with_graph_columns)
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,7 +114,8 @@ class LatencyModel:
             schema, kernels = schemas(kernels, parse_target(target))
         types = fit_all_types(kernels, spec, seed, progress, schema)
         ovh = fit_overhead(models["n_kernels"].to_numpy(), models["kernel_sum_ms"].to_numpy(),
-                           models["latency_ms"].to_numpy(), overhead, seed)
+                           models["latency_ms"].to_numpy(), overhead, seed,
+                           type_counts(kernels, models["model_id"]))
         ids = sorted(set(kernels["model_id"]) | set(models["model_id"]))
         training = {**(info or {}), "n_models": len(ids), "n_kernel_rows": int(len(kernels)),
                     "search": spec.name, "seed": seed, "train_models": ids}
@@ -194,13 +195,26 @@ class LatencyModel:
         n = np.diff(offsets)
         sums = np.add.reduceat(flat, offsets[:-1]) if len(flat) else np.zeros(len(graphs))
         sums = np.where(n > 0, sums, 0.0)  # reduceat repeats a value for empty slices
-        over = self.overhead.predict(n, sums)
+        over = self.overhead.predict(n, sums, self._type_counts(kernels))
         out = []
         for gi, ks in enumerate(kernels):
             fb = tuple(sorted({k.type for k in ks} & missing)) if missing else ()
             out.append(Prediction(float(sums[gi] + over[gi]), float(over[gi]), tuple(ks),
                                   flat[offsets[gi]:offsets[gi + 1]], fb, graphs[gi].name))
         return out
+
+    def _type_counts(self, kernels) -> dict[str, np.ndarray] | None:
+        """Per kernel type of a typed overhead, each graph's count of kernels of that type."""
+        if not self.overhead.per_type:
+            return None
+        index = {t: i for i, t in enumerate(self.overhead.types)}
+        counts = np.zeros((len(index), len(kernels)))
+        for gi, ks in enumerate(kernels):
+            for k in ks:
+                i = index.get(k.type)
+                if i is not None:
+                    counts[i, gi] += 1
+        return dict(zip(index, counts))
 
     def _target(self):
         from latpred.target import parse_target

@@ -3,51 +3,84 @@
 The paper (section 4.2, Fig. 10) adds the training set's mean difference, a constant. The
 overhead also grows with what the runtime does between kernels (dispatch, synchronisation, data
 hand-over), so `linear` fits overhead = a + b * n_kernels + c * kernel_sum_ms by least squares
-weighted by 1 / e2e^2, which is Eq. 1 on the end-to-end latency. `auto` keeps whichever of the
-two has the lower cross-validated end-to-end error on the training models.
+weighted by 1 / e2e^2, which is Eq. 1 on the end-to-end latency. `typed` gives each kernel type
+its own cost per kernel, a + sum_t b_t * n_t + c * kernel_sum_ms: under CUDA-graph replay the
+gap after a kernel depends on what it is (a per-group loop of launches, a tiny epilogue, a
+reduction), and on h100-cuda-synthetic per-type counts predict the overhead better
+(protocol (a): 1.49% -> 1.37% of the end-to-end latency with the measured kernels; a kernel
+type the fit never saw costs the fit's mean per kernel). `auto` keeps whichever has the lowest
+cross-validated end-to-end error on the training models (`typed` only with
+TYPED_MODELS_PER_TERM models per coefficient).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
+import pandas as pd
 from sklearn.linear_model import LinearRegression
 from sklearn.model_selection import KFold
 
 from latpred.errors import LatpredError
 
-OVERHEAD_KINDS = ("constant", "linear", "auto")
+OVERHEAD_KINDS = ("constant", "linear", "typed", "auto")
+# `typed` has a coefficient per kernel type: `auto` tries it with this many models per term.
+TYPED_MODELS_PER_TERM = 20
 
 
 @dataclass(frozen=True)
 class OverheadModel:
-    """overhead_ms = intercept + per_kernel * n_kernels + per_kernel_ms * kernel_sum_ms."""
+    """overhead_ms = intercept + per_kernel * n_kernels + per_kernel_ms * kernel_sum_ms; with
+    `per_type` ((kernel type, ms per kernel), ...), those types' kernels cost their own and
+    only the others `per_kernel`."""
 
     kind: str
     intercept: float
     per_kernel: float = 0.0
     per_kernel_ms: float = 0.0
     n_models: int = 0
+    per_type: tuple[tuple[str, float], ...] = ()
 
-    def predict(self, n_kernels: np.ndarray | int, kernel_sum_ms: np.ndarray | float) -> np.ndarray:
+    def predict(self, n_kernels: np.ndarray | int, kernel_sum_ms: np.ndarray | float,
+                type_counts: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """The overhead of models with `n_kernels` kernels summing to `kernel_sum_ms`; a typed
+        model also needs `type_counts` (kernel type -> count per model; absent types: 0)."""
         n = np.asarray(n_kernels, dtype=np.float64)
         s = np.asarray(kernel_sum_ms, dtype=np.float64)
-        return self.intercept + self.per_kernel * n + self.per_kernel_ms * s
+        out = self.intercept + self.per_kernel * n + self.per_kernel_ms * s
+        if self.per_type:
+            if type_counts is None:
+                raise LatpredError("This overhead has a cost per kernel type: pass the "
+                                   "models' kernel counts per type.")
+            for ktype, cost in self.per_type:
+                if ktype in type_counts:
+                    out = out + (cost - self.per_kernel) * np.asarray(type_counts[ktype],
+                                                                      dtype=np.float64)
+        return out
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(t for t, _ in self.per_type)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "intercept": self.intercept, "per_kernel": self.per_kernel,
-                "per_kernel_ms": self.per_kernel_ms, "n_models": self.n_models}
+                "per_kernel_ms": self.per_kernel_ms, "n_models": self.n_models,
+                **({"per_type": dict(self.per_type)} if self.per_type else {})}
 
     @staticmethod
     def from_json(d: dict) -> "OverheadModel":
+        per_type = tuple((str(t), float(c)) for t, c in d.get("per_type", {}).items())
         return OverheadModel(str(d["kind"]), float(d["intercept"]), float(d["per_kernel"]),
-                             float(d["per_kernel_ms"]), int(d.get("n_models", 0)))
+                             float(d["per_kernel_ms"]), int(d.get("n_models", 0)), per_type)
 
 
 def fit_overhead(n_kernels: np.ndarray, kernel_sum_ms: np.ndarray, e2e_ms: np.ndarray,
-                 kind: str = "auto", seed: int = 0) -> OverheadModel:
-    """Fit the overhead on training models (one entry per model)."""
+                 kind: str = "auto", seed: int = 0,
+                 type_counts: pd.DataFrame | None = None) -> OverheadModel:
+    """Fit the overhead on training models (one entry per model; `type_counts`: their kernel
+    counts per type, one column a type, which `typed` needs)."""
     if kind not in OVERHEAD_KINDS:
         raise LatpredError(f"Unknown overhead kind {kind!r}; choose one of {OVERHEAD_KINDS}.")
     n = np.asarray(n_kernels, dtype=np.float64)
@@ -56,26 +89,51 @@ def fit_overhead(n_kernels: np.ndarray, kernel_sum_ms: np.ndarray, e2e_ms: np.nd
     if len(e) == 0:
         raise LatpredError("No training model has both an end-to-end and all its kernel "
                            "latencies measured, so the overhead cannot be learned.")
+    if kind == "typed" and type_counts is None:
+        raise LatpredError("The typed overhead needs the training models' kernel counts per "
+                           "type.")
     if kind == "auto":
-        kind = _select(n, s, e, seed) if len(e) >= 10 else "constant"
-    return _fit(kind, n, s, e)
+        kind = _select(n, s, e, seed, type_counts) if len(e) >= 10 else "constant"
+    return _fit(kind, n, s, e, type_counts)
 
 
-def _fit(kind: str, n: np.ndarray, s: np.ndarray, e: np.ndarray) -> OverheadModel:
+def _fit(kind: str, n: np.ndarray, s: np.ndarray, e: np.ndarray,
+         counts: pd.DataFrame | None = None) -> OverheadModel:
     diff = e - s
     if kind == "constant" or len(e) < 4:  # three coefficients need more than three models
         return OverheadModel("constant", float(diff.mean()), n_models=len(e))
+    if kind == "typed":
+        return _fit_typed(counts, s, e)
     reg = LinearRegression().fit(np.column_stack([n, s]), diff, sample_weight=1.0 / e**2)
     return OverheadModel("linear", float(reg.intercept_), float(reg.coef_[0]),
                          float(reg.coef_[1]), n_models=len(e))
 
 
-def _select(n: np.ndarray, s: np.ndarray, e: np.ndarray, seed: int) -> str:
-    """The kind with the lower 5-fold cross-validated end-to-end MAPE."""
-    errors = {"constant": [], "linear": []}
+def _fit_typed(counts: pd.DataFrame, s: np.ndarray, e: np.ndarray) -> OverheadModel:
+    """a + sum_t b_t n_t + c s by least squares weighted by 1 / e2e^2; a type it never saw
+    costs the training kernels' mean b (`per_kernel`)."""
+    counts = counts.loc[:, (counts.to_numpy() > 0).any(axis=0)]
+    C = counts.to_numpy(np.float64)
+    reg = LinearRegression().fit(np.column_stack([C, s]), e - s, sample_weight=1.0 / e**2)
+    costs = reg.coef_[:-1]
+    mean = float(np.sum(costs * C.sum(axis=0)) / max(C.sum(), 1.0))
+    return OverheadModel("typed", float(reg.intercept_), mean, float(reg.coef_[-1]), len(e),
+                         tuple((str(t), float(c)) for t, c in zip(counts.columns, costs)))
+
+
+def _select(n: np.ndarray, s: np.ndarray, e: np.ndarray, seed: int,
+            counts: pd.DataFrame | None = None) -> str:
+    """The kind with the lowest 5-fold cross-validated end-to-end MAPE (the simpler on ties)."""
+    kinds = ["constant", "linear"]
+    if counts is not None and len(e) >= TYPED_MODELS_PER_TERM * (counts.shape[1] + 2):
+        kinds.append("typed")
+    errors: dict[str, list[float]] = {k: [] for k in kinds}
     for train, test in KFold(5, shuffle=True, random_state=seed).split(e):
-        for kind in errors:
-            m = _fit(kind, n[train], s[train], e[train])
-            pred = s[test] + m.predict(n[test], s[test])
+        held = None if counts is None else counts.iloc[test]
+        for kind in kinds:
+            m = _fit(kind, n[train], s[train], e[train],
+                     None if counts is None else counts.iloc[train])
+            typed = None if held is None else {t: held[t].to_numpy() for t in held.columns}
+            pred = s[test] + m.predict(n[test], s[test], typed)
             errors[kind].append(np.mean(np.abs(pred - e[test]) / e[test]))
-    return min(errors, key=lambda k: (np.mean(errors[k]), k != "constant"))
+    return min(errors, key=lambda k: (np.mean(errors[k]), kinds.index(k)))

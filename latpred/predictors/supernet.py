@@ -62,6 +62,10 @@ class BlockScores:
         block_of = np.repeat(np.arange(len(sizes)), sizes)
         n = len(sizes)
         self.n_kernels = sizes.astype(np.float64)
+        # A typed overhead (predictors/overhead.py) reads each subnet's kernels per type.
+        self.type_counts = {t: np.array([sum(k.type == t for k in ks) for ks in kernels],
+                                        dtype=np.float64)
+                            for t in model.overhead.types}
         self.moved = np.bincount(block_of, batch.moved[batch.config], minlength=n)
         self._context_rows(batch)
         plain = ~self._needs_context[batch.config]
@@ -106,7 +110,9 @@ class BlockScores:
         sums = np.bincount(owner, self.plain_ms[blocks], minlength=m)
         sums += np.bincount(owner, self._context_ms(blocks, code.reshape(-1)[owner], contexts),
                             minlength=m)
-        return sums + self.model.overhead.predict(n, sums)
+        typed = {t: np.bincount(owner, c[blocks], minlength=m)
+                 for t, c in self.type_counts.items()}
+        return sums + self.model.overhead.predict(n, sums, typed)
 
     def _block_ids(self, subnets: Iterable[Sequence[Hashable]]) -> tuple[np.ndarray, list[int]]:
         get = self.index.__getitem__

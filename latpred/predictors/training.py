@@ -131,6 +131,13 @@ def model_rows(models: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     return m.reset_index(drop=True)
 
 
+def type_counts(kernels: pd.DataFrame, model_ids) -> pd.DataFrame:
+    """Each model's number of kernels of each type (rows in `model_ids` order, a column a
+    type): what the typed overhead (predictors/overhead.py) is fitted on."""
+    counts = kernels.groupby(["model_id", "kernel_type"]).size().unstack(fill_value=0)
+    return counts.reindex(list(model_ids), fill_value=0).astype(np.float64)
+
+
 def feature_schema(kernel_type: str, rows: pd.DataFrame) -> tuple[str, ...]:
     """The features a kernel type's regressor trains on, in column order.
 

@@ -38,7 +38,8 @@ def scaled_overhead(overhead, factor: float):
     """The source's overhead with its milliseconds (intercept, per kernel) times `factor`; its
     share of the kernel sum stays, as the sum is already the new device's."""
     return dataclasses.replace(overhead, intercept=overhead.intercept * factor,
-                               per_kernel=overhead.per_kernel * factor)
+                               per_kernel=overhead.per_kernel * factor,
+                               per_type=tuple((t, c * factor) for t, c in overhead.per_type))
 
 
 def fit_adapted_overhead(kind: str, source_overhead, factor: float, models: pd.DataFrame,

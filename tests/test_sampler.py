@@ -402,7 +402,7 @@ def test_convnext_block_is_the_converters_sequence():
     # Keras 3's ConvNeXt block as TensorFlow 2.21 converted it (fx_convnext_mini_64), against
     # the sampler's: op types, attributes and which operands are constants, op for op.
     from latpred.builder import GraphBuilder
-    from latpred.sampler import _convnext
+    from latpred.sampler.build import _convnext
     from latpred.tflite import read_tflite
 
     real = read_tflite(CORPUS_FIXTURES / "fx_convnext_mini_64.tflite")
@@ -436,7 +436,8 @@ def test_make_divisible_rounds_as_keras_applications():
 
 
 def test_scaled_space_draws_resolutions_widths_and_fits_its_flops_budget():
-    from latpred.sampler import _flops, load_space
+    from latpred.sampler import load_space
+    from latpred.sampler.draw import _flops
 
     space = load_space(SCALED)
     archs = sample(space, 80, 3)
@@ -491,7 +492,8 @@ def test_shipped_datasets_are_still_the_samplers_draws(dataset, space):
 
 
 def test_a_flops_window_keeps_draws_between_its_bounds():
-    from latpred.sampler import _flops, load_space
+    from latpred.sampler import load_space
+    from latpred.sampler.draw import _flops
 
     space = load_space(SPACES / "converter_large.yaml")
     flops = [_flops(a) for a in sample(space, 6, 1)]

@@ -5,7 +5,8 @@
 - `build`: an architecture description -> its Graph (`build_graph`);
 - `write`: samples written as .tflite plus architecture JSON (`write_samples`, `latpred sample`).
 
-The names below are the stage's interface (docs/interfaces.md); import them from here.
+The names below are the stage's interface (docs name `sampler.build_graph` and
+`sampler.make_divisible`); import them from here, not from the modules.
 """
 
 from latpred.sampler.build import build_graph, model_id

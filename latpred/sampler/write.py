@@ -1,4 +1,5 @@
-"""Writing samples to disk: each as `<model_id>.tflite` beside its architecture `<model_id>.json`."""
+"""Writing samples to disk: each as `<model_id>.tflite` beside its architecture
+`<model_id>.json` (what `latpred sample` writes and `latpred profile` reads)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Commands that measure: `profile` (this CPU, a phone over adb, a Ray cluster),
-`import-benchmark` (a phone's benchmark_model output) and `targets` (what can be measured)."""
+`import-benchmark` (a phone's benchmark_model output) and `targets` (the device profiles and
+their target strings)."""
 
 from __future__ import annotations
 

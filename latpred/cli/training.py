@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import click
 
-
 _FAMILY = click.Choice(["lasso", "rf", "gbdt", "mlp"])
 
 

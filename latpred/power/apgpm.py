@@ -28,8 +28,8 @@ on any table of per-workload counter event rates and measured power:
    linear law is not extrapolated past the workloads it was fitted on).
 
 Every fit, in steps 3-5 alike, is `fitting.LinearFit(weighting, nonneg)` and every R^2 is
-weighted as that fit is: `weighting="relative"` is least squares on the relative
-error, 1 / power^2 weights, since the model is judged by MAPE; `"none"` (the default) is the paper's
+weighted as that fit is: `weighting="relative"` (the default) is least squares on the relative
+error, 1 / power^2 weights, since the model is judged by MAPE; `"none"` is the paper's
 ordinary least squares. `nonneg` keeps every counter's coefficient >= 0.
 
 `APGPMSelect` chooses among APGPM settings (selection criterion, clipping, ...) by k-fold
@@ -124,7 +124,7 @@ class APGPM:
                  min_gain: float = 0.01, patience: int = 5, add_gain: float = 0.001,
                  inverted: bool = False,
                  combine_top: int = 0, folds: int = 5, seed: int = 0, clip: bool = False,
-                 weighting: str = "none", nonneg: bool = False):
+                 weighting: str = "relative", nonneg: bool = False):
         self.distance_factor = distance_factor
         self.weighting = weighting
         self.nonneg = nonneg

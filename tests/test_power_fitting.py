@@ -111,3 +111,20 @@ def test_scorer_criteria():
     assert held < plain
     with pytest.raises(ValueError):
         Scorer(y, "bic", 5, 0, fit)
+
+
+def test_apgpm_default_fits_relative_error_and_wins_on_mape():
+    # a law the linear model cannot follow exactly (power convex in the activity), most
+    # workloads at low power: the relative fit trades the few high-power ones for the many
+    rng = np.random.default_rng(6)
+    n = 300
+    f = rng.beta(1.2, 4.0, n)
+    X = pd.DataFrame({"inst": f * 1e8, "beats": 8e8 * f * (1 + rng.normal(0, 0.01, n)),
+                      "pct": 100 * f + rng.normal(0, 0.5, n),
+                      **{f"junk{j}": rng.normal(0, 1, n) for j in range(10)}})
+    y = 50 + 300 * f ** 2 * (1 + rng.normal(0, 0.01, n))
+    rel, ols = APGPM(), APGPM(weighting="none")
+    assert rel.weighting == "relative" and rel.fit(X[:200], y[:200]).summary()["weighting"] \
+        == "relative"
+    ols.fit(X[:200], y[:200])
+    assert mape(y[200:], rel.predict(X[200:])) < 0.8 * mape(y[200:], ols.predict(X[200:]))

@@ -128,3 +128,21 @@ def test_apgpm_default_fits_relative_error_and_wins_on_mape():
         == "relative"
     ols.fit(X[:200], y[:200])
     assert mape(y[200:], rel.predict(X[200:])) < 0.8 * mape(y[200:], ols.predict(X[200:]))
+
+
+def test_baselines_fit_with_the_given_weighting():
+    from latpred.power import AllCountersModel, TopKModel, UtilFreqModel
+
+    rng = np.random.default_rng(7)
+    u = rng.uniform(0, 1, 120)
+    f = np.where(np.arange(120) % 2, 1980, 1755)
+    y = (50 + 200 * u ** 2) * np.exp(rng.normal(0, 0.05, 120))
+    X = pd.DataFrame({"u": u, "u2": u * 1e9, "junk": rng.normal(0, 1, 120)})
+    for weighting in ("none", "relative"):
+        uf = UtilFreqModel(weighting=weighting).fit(u, f, y)
+        fits = [uf.pooled_, *uf.per_freq_.values(), TopKModel(2, weighting).fit(X, y).linear_,
+                AllCountersModel(weighting).fit(X, y).linear_]
+        assert all(m.weighting == weighting for m in fits)
+    rel = UtilFreqModel(weighting="relative").fit(u, f, y)
+    ols = UtilFreqModel(weighting="none").fit(u, f, y)
+    assert mape(y, rel.predict(u, f)) < mape(y, ols.predict(u, f))

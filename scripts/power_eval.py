@@ -114,8 +114,8 @@ def run_apgpm(a) -> dict:
     if not a.all_calls:
         # Only the workloads whose power the first call measured: a later call's labels carry
         # its offset (5.7-11.7 W over the retested workloads), which the median shift of
-        # `power_aligned_dyn_w` removes only on average (10 splits: 7.4% with them, 6.2%
-        # without, on 297 / 170 workloads).
+        # `power_aligned_dyn_w` removes only on average (50 splits, relative least squares:
+        # 3.63% with them on 297 workloads, 3.53% without on 170; docs/energy.md).
         calls = Dataset.open(a.data).manifest["targets"][TARGET]["device_calls"]
         first = m["source"] == calls[0]
         m, X = m[first].reset_index(drop=True), X[first.to_numpy()].reset_index(drop=True)

@@ -14,8 +14,9 @@ measured dynamic power; `--repeats` random 2/3-1/3 splits
 (the paper's) of the workloads; APGPM (plain; inverted + combined; with `--select`, its
 criterion and clipping chosen by 5-fold CV inside each training part), the
 utilization-frequency baseline (NVML utilization and SM clock of the power window; and with
-`busy` as utilization), All-counters and top-k. MAPE on the held-out third, mean over the
-splits. `--counts raw` re-reads the counters from the device calls' ncu pages with every count
+`busy` as utilization), All-counters and top-k, every one fitted with `--weighting` (relative
+by default: least squares on the relative error; none: the paper's ordinary least squares).
+MAPE on the held-out third, mean over the splits. `--counts raw` re-reads the counters from the device calls' ncu pages with every count
 (`.avg` / `.max` / `.min` per-unit counts too) summed over CUDA kernels and made a rate.
 
 `energy`: protocol (c): the kernel power regressor trained on the per-kernel dataset, the
@@ -41,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from latpred.dataset import Dataset  # noqa: E402
 from latpred.power import (APGPM, AllCountersModel, APGPMSelect, TopKModel,  # noqa: E402
                            UtilFreqModel, mape)
+from latpred.power.apgpm import SELECT_DEFAULT  # noqa: E402
+from latpred.power.fitting import WEIGHTINGS  # noqa: E402
 from latpred.power.energy import EnergyModel, KernelPowerModel, calibrate  # noqa: E402
 
 TARGET = "h100/cuda/fp16"
@@ -111,8 +114,8 @@ def run_apgpm(a) -> dict:
     if not a.all_calls:
         # Only the workloads whose power the first call measured: a later call's labels carry
         # its offset (5.7-11.7 W over the retested workloads), which the median shift of
-        # `power_aligned_dyn_w` removes only on average (10 splits: 7.4% with them, 6.2%
-        # without, on 297 / 170 workloads).
+        # `power_aligned_dyn_w` removes only on average (50 splits, relative least squares:
+        # 3.63% with them on 297 workloads, 3.53% without on 170; docs/energy.md).
         calls = Dataset.open(a.data).manifest["targets"][TARGET]["device_calls"]
         first = m["source"] == calls[0]
         m, X = m[first].reset_index(drop=True), X[first.to_numpy()].reset_index(drop=True)
@@ -120,15 +123,17 @@ def run_apgpm(a) -> dict:
     X = X.loc[:, np.isfinite(X.to_numpy()).all(axis=0)]
     n = len(y)
     res: dict = {}
+    kw = {"criterion": a.criterion, "weighting": a.weighting, "nonneg": a.nonneg, "clip": a.clip}
     models = {
-        "APGPM (linear)": lambda: APGPM(criterion=a.criterion),
-        "APGPM (inverted + combined)": lambda: APGPM(criterion=a.criterion, inverted=True,
+        "APGPM (linear)": lambda: APGPM(**kw),
+        "APGPM (inverted + combined)": lambda: APGPM(**kw, inverted=True,
                                                      combine_top=a.combine_top),
-        "All counters": AllCountersModel,
+        "All counters": lambda: AllCountersModel(a.weighting),
     }
     if a.select:
         models["APGPM (settings chosen by 5-fold CV on the training part)"] = \
-            lambda: APGPMSelect(seed=a.select_seed)
+            lambda: APGPMSelect({k: {**v, "weighting": a.weighting} for k, v in
+                                 SELECT_DEFAULT.items()}, seed=a.select_seed)
     chosen = {}
     for r in range(a.repeats):
         rng = np.random.default_rng(r)
@@ -140,7 +145,7 @@ def run_apgpm(a) -> dict:
             if isinstance(mod, (APGPM, APGPMSelect)):
                 chosen.setdefault(name, []).append(mod.summary())
         k = len(chosen["APGPM (linear)"][-1]["counters_used"])
-        top = TopKModel(k).fit(X.iloc[tr], y[tr])
+        top = TopKModel(k, a.weighting).fit(X.iloc[tr], y[tr])
         res.setdefault("top-k counters (k = APGPM's)", []).append(
             mape(y[te], top.predict(X.iloc[te])))
         for uname, util in (("util-freq (NVML utilization)", m["util_gpu"].to_numpy(float)),
@@ -148,7 +153,7 @@ def run_apgpm(a) -> dict:
                              X["busy"].to_numpy() if "busy" in X else None)):
             if util is None:
                 continue
-            uf = UtilFreqModel().fit(util[tr], m["sm_clock_mhz"].to_numpy()[tr], y[tr])
+            uf = UtilFreqModel(weighting=a.weighting).fit(util[tr], m["sm_clock_mhz"].to_numpy()[tr], y[tr])
             res.setdefault(uname, []).append(
                 mape(y[te], uf.predict(util[te], m["sm_clock_mhz"].to_numpy()[te])))
     # the standard error of the mean over splits (the splits overlap, so it is a lower bound)
@@ -156,11 +161,12 @@ def run_apgpm(a) -> dict:
                       "mape_max": float(np.max(v)),
                       "mape_se": float(np.std(v, ddof=1) / math.sqrt(len(v))),
                       "per_split": [float(x) for x in v]} for name, v in res.items()}
-    full = APGPM(criterion=a.criterion).fit(X, y)
+    full = APGPM(**kw).fit(X, y)
     out = {"workloads": n, "counters": int(X.shape[1]), "repeats": a.repeats,
            "calls": sorted(m["source"].unique()),
            "counts": a.counts,
-           "criterion": a.criterion, "target": LABELS[a.label] + " (board power - idle power)",
+           "criterion": a.criterion, "weighting": a.weighting, "nonneg": a.nonneg,
+           "clip": a.clip, "target": LABELS[a.label] + " (board power - idle power)",
            "power_range_w": [float(y.min()), float(y.max())], "results": summary,
            "counters_used": {name: [len(s["counters_used"]) for s in v]
                              for name, v in chosen.items()},
@@ -354,6 +360,13 @@ def main() -> None:
     ap.add_argument("--data", default="datasets/h100-cuda-kernel-counters")
     ap.add_argument("--criterion", default="adjusted")
     ap.add_argument("--combine-top", type=int, default=30)
+    ap.add_argument("--weighting", choices=WEIGHTINGS, default="relative",
+                    help="apgpm: least squares of every linear model (APGPM and baselines): "
+                         "relative (1 / power^2 weights: relative error, as MAPE) or none "
+                         "(ordinary least squares, the paper's)")
+    ap.add_argument("--nonneg", action="store_true", help="apgpm: APGPM's coefficients >= 0")
+    ap.add_argument("--clip", action="store_true",
+                    help="apgpm: APGPM clips representatives to their training range")
     ap.add_argument("--select", action="store_true",
                     help="also APGPMSelect: criterion and clipping chosen per split by 5-fold "
                          "CV MAPE inside the training two thirds")

@@ -23,25 +23,27 @@ on any table of per-workload counter event rates and measured power:
    The search stops when the score has not grown by `min_gain` in `patience` clusters in a row.
    The score is the adjusted R^2 of the training fit (`criterion="adjusted"`) or the R^2 of
    `folds`-fold cross-validated predictions (`"heldout"`); the paper's plain R^2 always grows.
-5. The power model: ordinary least squares on the chosen representatives. With `clip`, a
+5. The power model: linear least squares on the chosen representatives. With `clip`, a
    representative outside its training range is clipped to it before the linear model (a
    linear law is not extrapolated past the workloads it was fitted on).
+
+Every fit, in steps 3-5 alike, is `fitting.LinearFit(weighting, nonneg)` and every R^2 is
+weighted as that fit is: `weighting="relative"` (the default) is least squares on the relative
+error, 1 / power^2 weights, since the model is judged by MAPE; `"none"` is the paper's
+ordinary least squares. `nonneg` keeps every counter's coefficient >= 0.
 
 `APGPMSelect` chooses among APGPM settings (selection criterion, clipping, ...) by k-fold
 cross-validated MAPE on the training workloads only, then refits the chosen one on all of them.
 
-Baselines on the same data (section 5.5): `UtilFreqModel` (power linear in utilization, one
-fit per frequency, eq. 1), `AllCountersModel` (one regression on every counter), `TopKModel`
-(the k counters most correlated with power). scikit-learn's LinearRegression fits them all.
+The paper's baselines (section 5.5) are in `latpred.power.baselines`.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
+
+from latpred.power.fitting import LinearFit, Scorer, mape, one_counter_r2
 
 
 # Combined counters are named `a × b` and `a ÷ b` (counter names hold '*' and '/' themselves).
@@ -114,46 +116,6 @@ def cluster(X: pd.DataFrame, distance_factor: float = 0.05) -> np.ndarray:
     return fcluster(link, t=distance_factor * X.shape[0], criterion="distance")
 
 
-def _lstsq_pred(A: np.ndarray, y: np.ndarray, B: np.ndarray) -> np.ndarray:
-    A1 = np.column_stack([np.ones(len(A)), A])
-    coef, *_ = np.linalg.lstsq(A1, y, rcond=None)
-    return np.column_stack([np.ones(len(B)), B]) @ coef
-
-
-def _r2(y: np.ndarray, pred: np.ndarray) -> float:
-    ss = ((y - y.mean()) ** 2).sum()
-    return 1.0 - ((y - pred) ** 2).sum() / ss if ss > 0 else 0.0
-
-
-@dataclass
-class _Scorer:
-    y: np.ndarray
-    criterion: str
-    folds: int
-    seed: int
-    splits: list = field(default_factory=list)
-
-    def __post_init__(self):
-        if self.criterion not in ("adjusted", "heldout", "r2"):
-            raise ValueError(f"criterion must be adjusted, heldout or r2, not {self.criterion!r}")
-        rng = np.random.default_rng(self.seed)
-        order = rng.permutation(len(self.y))
-        self.splits = [order[k::self.folds] for k in range(self.folds)]
-
-    def __call__(self, A: np.ndarray) -> float:
-        y, n, p = self.y, len(self.y), A.shape[1]
-        if self.criterion == "heldout":
-            pred = np.empty(n)
-            for test in self.splits:
-                train = np.setdiff1d(np.arange(n), test)
-                pred[test] = _lstsq_pred(A[train], y[train], A[test])
-            return _r2(y, pred)
-        r2 = _r2(y, _lstsq_pred(A, y, A))
-        if self.criterion == "r2":
-            return r2
-        return 1 - (1 - r2) * (n - 1) / (n - p - 1) if n - p - 1 > 0 else -math.inf
-
-
 class APGPM:
     """The APGPM power model (see the module docstring); scikit-learn's fit/predict contract
     on a DataFrame of counter event rates."""
@@ -161,8 +123,11 @@ class APGPM:
     def __init__(self, distance_factor: float = 0.05, criterion: str = "adjusted",
                  min_gain: float = 0.01, patience: int = 5, add_gain: float = 0.001,
                  inverted: bool = False,
-                 combine_top: int = 0, folds: int = 5, seed: int = 0, clip: bool = False):
+                 combine_top: int = 0, folds: int = 5, seed: int = 0, clip: bool = False,
+                 weighting: str = "relative", nonneg: bool = False):
         self.distance_factor = distance_factor
+        self.weighting = weighting
+        self.nonneg = nonneg
         self.clip = clip
         self.criterion = criterion
         self.min_gain = min_gain
@@ -174,9 +139,8 @@ class APGPM:
         self.seed = seed
 
     def fit(self, X: pd.DataFrame, y) -> "APGPM":
-        from sklearn.linear_model import LinearRegression
-
         y = np.asarray(y, float)
+        fit = LinearFit(self.weighting, self.nonneg)
         C = candidates(X, y, self.inverted, self.combine_top)
         if C.shape[1] == 0:
             raise ValueError("No counter varies across the samples.")
@@ -184,9 +148,7 @@ class APGPM:
         self.n_candidates_ = C.shape[1]
         labels = cluster(C, self.distance_factor)
         A = C.to_numpy()
-        one = {}
-        for j, c in enumerate(C.columns):
-            one[c] = _r2(y, _lstsq_pred(A[:, [j]], y, A[:, [j]]))
+        one = dict(zip(C.columns, one_counter_r2(A, y, fit)))
         clusters: dict[int, list[str]] = {}
         for c, lab in zip(C.columns, labels):
             clusters.setdefault(int(lab), []).append(c)
@@ -196,7 +158,7 @@ class APGPM:
             table.append({"cluster": lab, "size": len(members), "importance": one[rep],
                           "representative": rep, "members": members})
         table.sort(key=lambda t: -t["importance"])
-        score = _Scorer(y, self.criterion, self.folds, self.seed)
+        score = Scorer(y, self.criterion, self.folds, self.seed, fit)
         col = {c: j for j, c in enumerate(C.columns)}
         chosen = [table[0]["representative"]]
         best = score(A[:, [col[chosen[0]]]])
@@ -221,7 +183,7 @@ class APGPM:
         self.path_ = path
         self.counters_ = chosen
         self.score_ = best
-        self.linear_ = LinearRegression().fit(C[chosen].to_numpy(), y)
+        self.linear_ = LinearFit(self.weighting, self.nonneg).fit(C[chosen].to_numpy(), y)
         self.lo_ = C[chosen].to_numpy().min(axis=0)
         self.hi_ = C[chosen].to_numpy().max(axis=0)
         self._columns = list(C.columns)
@@ -248,6 +210,7 @@ class APGPM:
                 "n_clusters": len(self.clusters_), "n_significant": len(self.counters_),
                 "representatives": self.counters_, "counters_used": self.counters_used_,
                 "score": self.score_, "criterion": self.criterion, "clip": self.clip,
+                "weighting": self.weighting, "nonneg": self.nonneg,
                 "coef": dict(zip(self.counters_, self.linear_.coef_.tolist())),
                 "intercept": float(self.linear_.intercept_)}
 
@@ -332,73 +295,3 @@ def _counter_values(X: pd.DataFrame, name: str, eps: float = 1e-9) -> np.ndarray
     if MUL in name:
         return xa * xb
     return xa / (xb + eps * (1 + np.abs(xb).max()))
-
-
-class AllCountersModel:
-    """Baseline: one linear regression on every usable counter (the paper's All-PMC)."""
-
-    def fit(self, X: pd.DataFrame, y) -> "AllCountersModel":
-        from sklearn.linear_model import LinearRegression
-
-        self.columns_ = list(usable(X).columns)
-        self.linear_ = LinearRegression().fit(X[self.columns_].to_numpy(float), y)
-        return self
-
-    def predict(self, X: pd.DataFrame) -> np.ndarray:
-        return self.linear_.predict(X[self.columns_].to_numpy(float))
-
-
-class TopKModel:
-    """Baseline: linear regression on the k counters most correlated with power (k-top-PMC)."""
-
-    def __init__(self, k: int):
-        self.k = k
-
-    def fit(self, X: pd.DataFrame, y) -> "TopKModel":
-        from sklearn.linear_model import LinearRegression
-
-        U = usable(X)
-        corr = correlations(U, y)["r"].abs().sort_values(ascending=False)
-        self.columns_ = list(corr.index[:self.k])
-        self.linear_ = LinearRegression().fit(U[self.columns_].to_numpy(), y)
-        return self
-
-    def predict(self, X: pd.DataFrame) -> np.ndarray:
-        return self.linear_.predict(X[self.columns_].to_numpy(float))
-
-
-class UtilFreqModel:
-    """Baseline (paper eq. 1): power = beta_f * utilization + beta_0, one fit per frequency
-    (frequencies rounded to `bin_mhz`; a frequency seen fewer than `min_samples` times, or not
-    seen in training, uses the fit on every sample)."""
-
-    def __init__(self, bin_mhz: float = 50.0, min_samples: int = 5):
-        self.bin_mhz = bin_mhz
-        self.min_samples = min_samples
-
-    def _bins(self, freq) -> np.ndarray:
-        return np.round(np.asarray(freq, float) / self.bin_mhz).astype(int)
-
-    def fit(self, util, freq, y) -> "UtilFreqModel":
-        from sklearn.linear_model import LinearRegression
-
-        u, b, y = np.asarray(util, float).reshape(-1, 1), self._bins(freq), np.asarray(y, float)
-        self.pooled_ = LinearRegression().fit(u, y)
-        self.per_freq_ = {int(k): LinearRegression().fit(u[b == k], y[b == k])
-                          for k in np.unique(b) if (b == k).sum() >= self.min_samples}
-        return self
-
-    def predict(self, util, freq) -> np.ndarray:
-        u, b = np.asarray(util, float).reshape(-1, 1), self._bins(freq)
-        out = self.pooled_.predict(u)
-        for k, m in self.per_freq_.items():
-            if (b == k).any():
-                out[b == k] = m.predict(u[b == k])
-        return out
-
-
-def mape(y, pred) -> float:
-    """Mean absolute percentage error in % (sklearn.metrics)."""
-    from sklearn.metrics import mean_absolute_percentage_error
-
-    return 100.0 * mean_absolute_percentage_error(np.asarray(y, float), np.asarray(pred, float))

@@ -15,7 +15,11 @@ carry the CUDA datasets' `launches` column (every row of the type), training add
   G (cuDNN's fallback runs one conv per group: 2 groups and 20 are the same pattern, 2 and 20
   times); the classes are the `TOP_PATTERNS` commonest, the rest pooled into "loop:other" or
   "other"; a LightGBM classifier of those classes is trained on the type's features but the
-  graph-level `context_bytes` (cuDNN chooses from the convolution alone);
+  graph-level `context_bytes` (cuDNN chooses from the convolution alone), each row weighted
+  by the square root of its latency (`WEIGHT_POWER`): a slow kernel given the wrong pattern
+  costs the model's latency more than a fast one (protocol (a), three splits: the
+  unweighted classifier is 1.6 points more accurate per row, the weighted one 0.14 points
+  better end to end; weighted by the latency itself, one split lost 0.1);
 - a loop's latency is about G times its unit's, which trees cannot extrapolate to G beyond
   the training rows': the regressor learns the latency per repetition (latency / G for a loop
   class, the latency otherwise; the same relative error, so the same Eq. 1) and the stage
@@ -71,6 +75,7 @@ ARTIFACT_SUFFIX = ".launch.lgb.txt"
 # models of h100-cuda-synthetic).
 CLASSIFIER_PARAMS = {"n_estimators": 300, "learning_rate": 0.05, "num_leaves": 15,
                      "min_child_samples": 5}
+WEIGHT_POWER = 0.5        # the classifier's row weights: latency ** WEIGHT_POWER
 
 
 def launch_patterns(launches: Sequence[str] | pd.Series,
@@ -153,8 +158,9 @@ class LaunchClassifier:
 
     @classmethod
     def fit(cls, X: np.ndarray, labels: np.ndarray, classes: Sequence[str],
-            features: Sequence[str], seed: int = 0) -> "LaunchClassifier":
-        """Fit on feature rows X (columns `features`)."""
+            features: Sequence[str], seed: int = 0,
+            weights: np.ndarray | None = None) -> "LaunchClassifier":
+        """Fit on feature rows X (columns `features`), optionally weighted per row."""
         import lightgbm as lgb
 
         inputs = classifier_inputs(features)
@@ -164,8 +170,8 @@ class LaunchClassifier:
                   "learning_rate": p["learning_rate"], "num_leaves": p["num_leaves"],
                   "min_data_in_leaf": p["min_child_samples"], "seed": seed, "num_threads": 1,
                   "deterministic": True, "force_col_wise": True, "verbose": -1}
-        booster = lgb.train(params, lgb.Dataset(X, label=labels, params={"verbose": -1}),
-                            num_boost_round=p["n_estimators"])
+        data = lgb.Dataset(X, label=labels, weight=weights, params={"verbose": -1})
+        booster = lgb.train(params, data, num_boost_round=p["n_estimators"])
         return cls(classes, booster, features, inputs,
                    scaling=PER_GROUP if GROUPS in features else NO_SCALING)
 
@@ -201,7 +207,8 @@ class LaunchClassifier:
         return (self.booster.model_to_string().encode(),
                 {"classes": list(self.classes), "features": list(self.features),
                  "inputs": list(self.inputs), "params": dict(CLASSIFIER_PARAMS),
-                 "encoding": self.encoding, "scaling": self.scaling})
+                 "encoding": self.encoding, "scaling": self.scaling,
+                 "weight_power": WEIGHT_POWER})
 
     @classmethod
     def restore(cls, data: bytes, params: dict[str, Any]) -> "LaunchClassifier":
@@ -226,8 +233,8 @@ def one_hot(labels: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 def out_of_fold(X: np.ndarray, labels: np.ndarray, classes: Sequence[str],
-                features: Sequence[str], groups: np.ndarray | None, seed: int = 0
-                ) -> np.ndarray:
+                features: Sequence[str], groups: np.ndarray | None, seed: int = 0,
+                weights: np.ndarray | None = None) -> np.ndarray:
     """Each row's class probabilities from a classifier trained on the other folds (grouped by
     model when `groups` is given)."""
     from sklearn.model_selection import GroupKFold, KFold
@@ -236,13 +243,15 @@ def out_of_fold(X: np.ndarray, labels: np.ndarray, classes: Sequence[str],
     n_groups = len(np.unique(groups)) if groups is not None else len(X)
     folds = min(FOLDS, n_groups)
     if folds < 2:
-        return LaunchClassifier.fit(X, labels, classes, features, seed).predict_proba(X)
+        return LaunchClassifier.fit(X, labels, classes, features, seed,
+                                    weights).predict_proba(X)
     split = (KFold(folds, shuffle=True, random_state=seed).split(X) if groups is None else
              GroupKFold(folds, shuffle=True, random_state=seed).split(X, labels, groups))
     out = np.zeros((len(X), len(classes)))
     for tr, te in split:
-        out[te] = LaunchClassifier.fit(X[tr], labels[tr], classes, features,
-                                       seed).predict_proba(X[te])
+        out[te] = LaunchClassifier.fit(X[tr], labels[tr], classes, features, seed,
+                                       None if weights is None else weights[tr]
+                                       ).predict_proba(X[te])
     return out
 
 
@@ -257,8 +266,10 @@ def fit_stage(X: np.ndarray, features: Sequence[str], rows: pd.DataFrame, seed: 
     patterns = launch_patterns(rows[LAUNCH_COLUMN], groups_col)
     classes, labels = pattern_classes(patterns)
     groups = rows["model_id"].to_numpy() if "model_id" in rows else None
-    oof = out_of_fold(X, labels, classes, features, groups, seed)
-    clf = LaunchClassifier.fit(X, labels, classes, features, seed)
+    weights = rows["latency_ms"].to_numpy(np.float64) ** WEIGHT_POWER \
+        if "latency_ms" in rows else None
+    oof = out_of_fold(X, labels, classes, features, groups, seed, weights)
+    clf = LaunchClassifier.fit(X, labels, classes, features, seed, weights)
     metrics = {"n_patterns": int(len(set(patterns))), "n_classes": len(classes),
                "oof_accuracy": float(np.mean(np.argmax(oof, axis=1) == labels))}
     return clf, one_hot(labels, len(classes)), clf.repetitions(X, labels), metrics

@@ -200,6 +200,17 @@ def test_typed_overhead_learns_a_cost_per_kernel_type():
         fit_overhead(n, s, e, "typed")
 
 
+def test_typed_overhead_pools_types_of_few_models():
+    counts, s, e = typed_models(200)
+    # 'c' kernels in 5 models only (cost 0.01 each): no cost of their own, the pooled one.
+    counts["c"] = 0.0
+    counts.loc[:4, "c"] = 3.0
+    e = e + 0.01 * counts["c"].to_numpy()
+    fit = fit_overhead(counts.sum(axis=1), s, e, "typed", type_counts=counts)
+    assert fit.types == ("a", "b") and fit.per_kernel == pytest.approx(0.01)
+    assert dict(fit.per_type) == pytest.approx({"a": .002, "b": .02})
+
+
 def test_overhead_needs_models():
     with pytest.raises(LatpredError, match="overhead cannot be learned"):
         fit_overhead([], [], [], "auto")

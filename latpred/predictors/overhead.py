@@ -110,15 +110,20 @@ def _fit(kind: str, n: np.ndarray, s: np.ndarray, e: np.ndarray,
 
 
 def _fit_typed(counts: pd.DataFrame, s: np.ndarray, e: np.ndarray) -> OverheadModel:
-    """a + sum_t b_t n_t + c s by least squares weighted by 1 / e2e^2; a type it never saw
-    costs the training kernels' mean b (`per_kernel`)."""
-    counts = counts.loc[:, (counts.to_numpy() > 0).any(axis=0)]
-    C = counts.to_numpy(np.float64)
-    reg = LinearRegression().fit(np.column_stack([C, s]), e - s, sample_weight=1.0 / e**2)
-    costs = reg.coef_[:-1]
-    mean = float(np.sum(costs * C.sum(axis=0)) / max(C.sum(), 1.0))
+    """a + sum_t b_t n_t + c s by least squares weighted by 1 / e2e^2. Types in fewer than
+    TYPED_MODELS_PER_TERM training models share one cost (`per_kernel`, which a type it never
+    saw pays too); with none rare, `per_kernel` is the training kernels' mean b."""
+    present = (counts.to_numpy() > 0).sum(axis=0)
+    common = counts.loc[:, present >= TYPED_MODELS_PER_TERM]
+    rare = counts.loc[:, (present > 0) & (present < TYPED_MODELS_PER_TERM)].sum(axis=1)
+    C = common.to_numpy(np.float64)
+    cols = [C, rare.to_numpy(np.float64)[:, None]] if rare.any() else [C]
+    reg = LinearRegression().fit(np.column_stack(cols + [s]), e - s, sample_weight=1.0 / e**2)
+    costs = reg.coef_[:C.shape[1]]
+    mean = float(reg.coef_[C.shape[1]]) if rare.any() else \
+        float(np.sum(costs * C.sum(axis=0)) / max(C.sum(), 1.0))
     return OverheadModel("typed", float(reg.intercept_), mean, float(reg.coef_[-1]), len(e),
-                         tuple((str(t), float(c)) for t, c in zip(counts.columns, costs)))
+                         tuple((str(t), float(c)) for t, c in zip(common.columns, costs)))
 
 
 def _select(n: np.ndarray, s: np.ndarray, e: np.ndarray, seed: int,

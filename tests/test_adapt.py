@@ -288,7 +288,7 @@ def test_auto_blends_a_type_towards_its_scratch_fit_where_the_source_misses_its_
     """A type whose source regressor is flat (too few rows for `stacked`'s refit): the folds'
     kernel errors move it to the Lasso trained on the new rows, and its held-out kernels are
     predicted better than by the adapted source alone; the blend saves and loads."""
-    from latpred.predictors.adapt.auto import BLEND_WEIGHTS
+    from latpred.predictors.adapt.blend import BLEND_WEIGHTS
     from latpred.predictors.adapt.types import STACKED_MIN_ROWS
 
     source, new_ds, _ = pair
@@ -316,7 +316,7 @@ def test_auto_blends_a_type_towards_its_scratch_fit_where_the_source_misses_its_
 
 
 def test_blended_regressor_mixes_its_parts_on_their_columns_and_round_trips(pair, tmp_path):
-    from latpred.predictors.adapt.auto import blend_types, scratch_types
+    from latpred.predictors.adapt.blend import blend_types, scratch_types
     from latpred.predictors.adapt.wrappers import BlendedRegressor
 
     source, new_ds, _ = pair
@@ -355,9 +355,72 @@ def test_blend_weights_follow_each_types_out_of_fold_kernel_error():
     adapted = y * np.array([1.0, 1.0, 1.0, 1.3, 0.7, 1.3])   # right on a, off on b
     scratch = y * np.array([1.2, 0.8, 1.2, 1.0, 1.0, 1.0])   # off on a, right on b
     oof = OutOfFold(kernels, pd.DataFrame(), np.zeros(6, int), np.zeros(1, int),
-                    {"scale": adapted}, scratch, {})
+                    {"scale": adapted}, {"lasso": scratch}, {})
     weights, errors = oof.blend_weights("scale")
     assert weights == {"a": 1.0, "b": 0.0}
     assert errors["b"][0.0] == 0.0 and errors["a"][1.0] == 0.0
     mixed = oof.blended("scale", {"a": 1.0, "b": 0.5})
     assert mixed == pytest.approx(np.concatenate([y[:3], 0.5 * adapted[3:] + 0.5 * y[3:]]))
+
+
+def test_blend_weights_keep_the_adapted_type_where_the_models_disagree_about_the_gain():
+    """The one-standard-error rule: a scratch fit better on the type's total error only
+    because of one model (worse on the others) leaves the weight at 1; the same total gain
+    spread evenly over the models moves it."""
+    from latpred.predictors.adapt.auto import OutOfFold
+
+    y = np.ones(8)
+    kernels = pd.DataFrame({"kernel_type": ["a"] * 8, "latency_ms": y})
+    row_model = np.arange(8)
+    adapted = y * np.array([2.0, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1])   # one model far off
+    lucky = y * np.array([1.0, 1.15, 1.15, 1.15, 1.15, 1.15, 1.15, 1.15])
+    even = y * 1.05   # 0.40 in all, against the adapted 1.70: the same 8 models agree
+    for scratch, want in ((lucky, 1.0), (even, 0.0)):
+        oof = OutOfFold(kernels, pd.DataFrame(), row_model, np.zeros(8, int),
+                        {"scale": adapted}, {"lasso": scratch}, {})
+        weights, errors = oof.blend_weights("scale")
+        assert weights == {"a": want}
+        # either scratch is better in total by far more than the 5% tolerance
+        assert errors["a"][1.0] > 1.5 * errors["a"][0.0]
+
+
+def test_blend_partner_is_the_first_whose_end_to_end_blend_is_within_the_tolerance():
+    """The Lasso partner is kept unless the GBDT partner's blend is more than 5% better end to
+    end out of fold; each partner's weights are its own."""
+    from latpred.predictors.adapt.auto import OutOfFold
+    from latpred.predictors.overhead import OverheadModel
+
+    y = np.ones(8)
+    kernels = pd.DataFrame({"kernel_type": ["a"] * 8, "latency_ms": y})
+    models = pd.DataFrame({"model_id": list("abcdefgh"), "n_kernels": 1, "latency_ms": 1.0})
+    zero = {("scale", "scaled"): [OverheadModel("constant", 0.0)]}
+    adapted = np.full(8, 1.3)
+    for gbdt, want in ((np.full(8, 1.0), "gbdt"), (np.full(8, 1.11), "lasso")):
+        oof = OutOfFold(kernels, models, np.arange(8), np.zeros(8, int), {"scale": adapted},
+                        {"lasso": np.full(8, 1.1), "gbdt": gbdt}, zero)
+        partner, weights, cv, every = oof.choose_blend("scale", "scaled")
+        assert partner == want and weights == {"a": 0.0}
+        assert set(every) == {"lasso", "gbdt"} and cv == every[want]
+    assert every["lasso"] == pytest.approx(0.1) and every["gbdt"] == pytest.approx(0.11)
+
+
+def test_gbdt_partner_fits_trees_where_a_type_has_rows_enough_and_round_trips(pair, tmp_path):
+    from latpred.predictors.adapt.blend import (PARTNER_GBDT_MIN_ROWS, blend_types,
+                                                scratch_types)
+    from latpred.predictors.gbdt import PercentGBDT
+
+    source, new_ds, _ = pair
+    k, m, _, _ = _split(new_ds, 12)
+    counts = k["kernel_type"].value_counts()
+    gbdt = scratch_types(k, 0, "gbdt")
+    assert set(gbdt) == set(counts.index)
+    for ktype, n in counts.items():
+        assert isinstance(gbdt[ktype].regressor, PercentGBDT) == (n >= PARTNER_GBDT_MIN_ROWS)
+    adapted = adapt(source, k, m, NEW, "scale")
+    mixed = blend_types(adapted.types, gbdt, {"conv2d": 0.5})
+    rows = k[k["kernel_type"] == "conv2d"]
+    X = rows[["f_" + c for c in mixed["conv2d"].features]].to_numpy(float)
+    want = mixed["conv2d"].regressor.predict(X)
+    dataclasses.replace(adapted, types=mixed).save(tmp_path / "p")
+    loaded = LatencyModel.load(tmp_path / "p").types["conv2d"]
+    assert loaded.regressor.predict(X) == pytest.approx(want, rel=1e-12)

@@ -73,7 +73,8 @@ def adapt(source: str, data: str, target_name: str | None, method: str, overhead
         " (cross-validated MAPE " + ", ".join(f"{m} {100 * v:.1f}%" for m, v in cv.items()) + ")"
         if cv else "")
     mixed = [t for t, w in (model.training.get("blend_weights") or {}).items() if w < 1]
-    blend = f", {len(mixed)} kernel types mixed with a scratch Lasso" if mixed else ""
+    partner = {"gbdt": "GBDT"}.get(model.training.get("blend_partner"), "Lasso")
+    blend = f", {len(mixed)} kernel types mixed with a scratch {partner}" if mixed else ""
     click.echo(f"Adapted from {model.training['adapted_from']} with {chosen} on "
                f"{model.training['n_models']} models, {model.training['overhead']} "
                f"overhead{blend}; saved the predictor to {out}.")

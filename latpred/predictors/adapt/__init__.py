@@ -21,10 +21,11 @@ on the new device, what differs (HELP and LitePred adapt from as few; nn-Meter r
 - `global`: one factor for every kernel type (the one of all kernels together);
 - `auto`: the simplest of these whose end-to-end MAPE in a cross-validation over the few
   models (grouped by model, so no model is in its own test fold) is within 5% of the best;
-  then each kernel type mixed with a Lasso trained on the new device's rows alone, by the
-  weight whose out-of-fold kernel error is best (weight 0: the type retrained from scratch),
-  where that mix also has the lower out-of-fold end-to-end MAPE (`blend="none"` keeps the
-  adapted types alone; adapt/auto.py).
+  then each kernel type mixed with a regressor trained on the new device's rows alone (a
+  Lasso, or small GBDT trees where their blend cross-validates better end to end), by the
+  weight whose out-of-fold kernel error is best unless the few models disagree about the gain
+  (weight 0: the type retrained from scratch), where that mix also has the lower out-of-fold
+  end-to-end MAPE (`blend="none"` keeps the adapted types alone; adapt/auto.py, blend.py).
 
 Kernel types the source never measured are trained from the new device's rows alone (the
 fallback Lasso on FLOPs and bytes when too few). The overhead (end to end minus the kernel sum)
@@ -36,8 +37,8 @@ the source's scaled, docs/fewshot.md), which folds of those same small models ca
 The result is an ordinary LatencyModel: its adapted types hold an `AdaptedRegressor` that saves
 and loads like any family. A source type with the launch-pattern stage (predictors/launch.py)
 keeps its classifier: the adapted regressor embeds both artifacts. The modules: `wrappers`
-(the persisted regressors), `types` (the per-type methods), `auto` (the cross-validation, the
-choice and the blend).
+(the persisted regressors), `types` (the per-type methods), `auto` (the cross-validation and
+the choices), `blend` (the scratch partners, the per-type weights, the mixed types).
 """
 
 from __future__ import annotations
@@ -47,16 +48,17 @@ from typing import Any
 import pandas as pd
 
 from latpred.errors import PredictorError
-from latpred.predictors.adapt.auto import (OVERHEAD_SIMPLEST_FIRST, SIMPLEST_FIRST, blend_types,
-                                          choose, cross_validate, fit_adapted_overhead,
-                                          scratch_types)
+from latpred.predictors.adapt.auto import (OVERHEAD_SIMPLEST_FIRST, SIMPLEST_FIRST, choose,
+                                          cross_validate, fit_adapted_overhead)
+from latpred.predictors.adapt.blend import blend_types, scratch_types
 from latpred.predictors.adapt.types import adapt_types
 from latpred.predictors.training import fit_fallback
 
 METHODS = ("auto", *SIMPLEST_FIRST)
 OVERHEADS = ("auto", *OVERHEAD_SIMPLEST_FIRST)
-# `type`: `auto` mixes each kernel type's adapted prediction with a Lasso trained on the new
-# rows alone, weighted by cross-validation (auto.BLEND_WEIGHTS); `none`: the adapted types alone.
+# `type`: `auto` mixes each kernel type's adapted prediction with a regressor trained on the
+# new rows alone, weighted by cross-validation (blend.BLEND_WEIGHTS, blend.PARTNERS); `none`:
+# the adapted types alone.
 BLENDS = ("type", "none")
 
 
@@ -110,21 +112,23 @@ def adapt(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
     (chosen, over), cv, over_cv = ((methods[0], overheads[0]), {}, {}) if oof is None else \
         choose(oof, methods, overheads)
     types, common = adapt_types(source, kernels, target, chosen, seed)
-    weights, blend_cv = {}, None
+    weights, blend_cv, partner, partner_cv = {}, None, None, {}
     if oof is not None and blending:
         # kept only where the blend's out-of-fold end-to-end MAPE beats the adapted types'
         # alone (on the same folds): the kernel errors that set the weights do not see how a
         # model's kernel errors add up (another CPU, 10 models: 11.6% blended, 7.5% alone)
-        candidate, _ = oof.blend_weights(chosen)
-        blend_cv = oof.e2e_mape(chosen, over, oof.blended(chosen, candidate))
+        partner, candidate, blend_cv, partner_cv = oof.choose_blend(chosen, over)
         if blend_cv < oof.e2e_mape(chosen, over) and any(w < 1.0 for w in candidate.values()):
             weights = candidate
-            types = blend_types(types, scratch_types(kernels, seed), weights)
+            types = blend_types(types, scratch_types(kernels, seed, partner), weights)
+        else:
+            partner = None
     ids = sorted(set(kernels["model_id"]) | set(models["model_id"]))
     training = {**(info or {}), "adapted_from": source.target, "source_family": source.family,
                 "source_training": dict(source.training), "method": chosen,
                 "method_cv_mape": cv, "overhead": over, "overhead_cv_mape": over_cv,
                 "blend_weights": weights, "blend_cv_mape": blend_cv,
+                "blend_partner": partner, "blend_partner_cv_mape": partner_cv,
                 "common_factor": common, "n_models": len(ids),
                 "n_kernel_rows": int(len(kernels)), "seed": seed, "train_models": ids}
     fallback = fit_fallback(kernels) or source.fallback

@@ -3,10 +3,11 @@ model is in its own test fold), and the blend of the adapted types with types tr
 new device's rows alone (docs/fewshot.md).
 
 One pass of folds gives every kernel row an out-of-fold prediction from each method and from
-a Lasso trained from scratch on the other folds' rows, and every model each fold's overheads;
-from those: the method and overhead by end-to-end MAPE, then per kernel type the weight of the
-adapted prediction against the scratch one by the type's time-weighted kernel error (the few
-models' hundreds of kernel labels, not their 10-30 end-to-end ones, judge each type)."""
+each scratch partner (blend.PARTNERS) trained on the other folds' rows, and every model each
+fold's overheads; from those: the method and overhead by end-to-end MAPE, then per partner and
+kernel type the weight of the adapted prediction against the partner's by the type's per-model
+kernel errors (the few models' hundreds of kernel labels, not their 10-30 end-to-end ones,
+judge each type), and the partner by its blend's end-to-end MAPE."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from latpred.predictors.adapt.blend import PARTNERS, scratch_types, type_weights
 from latpred.predictors.adapt.types import adapt_types
-from latpred.predictors.adapt.wrappers import BlendedRegressor
-from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_all_types, fit_fallback
+from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback
 
 # From the simplest to the most flexible: `auto` keeps the simplest method whose cross-validated
 # error is within AUTO_TOLERANCE (relative) of the best, as a few models cannot tell apart
@@ -28,9 +29,6 @@ SIMPLEST_FIRST = ("global", "scale", "residual", "stacked")
 # coefficients on them.
 OVERHEAD_SIMPLEST_FIRST = ("scaled", "refit")
 AUTO_TOLERANCE = 0.05
-# The adapted prediction's weight against the scratch one, the adapted alone first: a type
-# moves towards its scratch Lasso only where that is more than AUTO_TOLERANCE better.
-BLEND_WEIGHTS = (1.0, 0.75, 0.5, 0.25, 0.0)
 FOLDS = 5
 
 
@@ -53,17 +51,10 @@ def fit_adapted_overhead(kind: str, source_overhead, factor: float, models: pd.D
                         models["latency_ms"].to_numpy(), "auto", seed)
 
 
-def scratch_types(kernels: pd.DataFrame, seed: int) -> dict[str, TypeFit]:
-    """Every kernel type of `kernels` trained on those rows alone (the Lasso family, searched)."""
-    from latpred.predictors.search import load_search
-
-    return fit_all_types(kernels, load_search("lasso", "latpred"), seed)
-
-
 @dataclasses.dataclass
 class OutOfFold:
     """The folds' predictions: per kernel row (of `kernels`, the few models' rows) each
-    method's and the scratch Lasso's, from the fold that held its model out; per model (of
+    method's and each scratch partner's, from the fold that held its model out; per model (of
     `models`) its fold and the kernel rows' model positions."""
 
     kernels: pd.DataFrame
@@ -71,7 +62,7 @@ class OutOfFold:
     row_model: np.ndarray                  # per kernel row: its model's position in `models`
     fold: np.ndarray                       # per model: its fold
     adapted: dict[str, np.ndarray]         # per method: per kernel row
-    scratch: np.ndarray | None             # per kernel row (None: not cross-validated)
+    scratch: dict[str, np.ndarray]         # per partner: per kernel row (empty: none)
     overheads: dict[tuple[str, str], list]  # per (method, overhead kind): per fold
 
     def e2e_mape(self, method: str, over: str, kernel_ms: np.ndarray | None = None) -> float:
@@ -87,32 +78,37 @@ class OutOfFold:
         y = self.models["latency_ms"].to_numpy()
         return float(np.mean(np.abs(pred - y) / y))
 
-    def blend_weights(self, method: str) -> tuple[dict[str, float], dict[str, dict]]:
-        """Per kernel type, the first of BLEND_WEIGHTS whose time-weighted out-of-fold kernel
-        error (sum |p - y| / sum y over the type's rows) is within AUTO_TOLERANCE of the
-        best; with the errors per weight."""
-        y = self.kernels["latency_ms"].to_numpy(np.float64)
-        weights, errors = {}, {}
-        for ktype, idx in self.kernels.groupby("kernel_type").indices.items():
-            a, s, t = self.adapted[method][idx], self.scratch[idx], y[idx]
-            err = {w: float(np.sum(np.abs(w * a + (1 - w) * s - t)) / np.sum(t))
-                   for w in BLEND_WEIGHTS}
-            best = min(err.values())
-            weights[ktype] = next(w for w in BLEND_WEIGHTS if err[w] <= best * (1 + AUTO_TOLERANCE))
-            errors[ktype] = err
-        return weights, errors
+    def blend_weights(self, method: str, partner: str = PARTNERS[0]
+                      ) -> tuple[dict[str, float], dict[str, dict]]:
+        """Per kernel type, the weight of `method`'s prediction against `partner`'s
+        (blend.type_weights), with the time-weighted kernel errors per weight."""
+        return type_weights(self.kernels, self.row_model, self.adapted[method],
+                            self.scratch[partner], AUTO_TOLERANCE)
 
-    def blended(self, method: str, weights: dict[str, float]) -> np.ndarray:
+    def blended(self, method: str, weights: dict[str, float], partner: str = PARTNERS[0]
+                ) -> np.ndarray:
         """Per kernel row: the adapted and scratch predictions mixed by the type's weight."""
         w = self.kernels["kernel_type"].map(weights).to_numpy(np.float64)
-        return w * self.adapted[method] + (1 - w) * self.scratch
+        return w * self.adapted[method] + (1 - w) * self.scratch[partner]
+
+    def choose_blend(self, method: str, over: str
+                     ) -> tuple[str, dict[str, float], float, dict[str, float]]:
+        """The partner, its type weights and its blend's out-of-fold end-to-end MAPE: of
+        PARTNERS, the first whose blend is within AUTO_TOLERANCE of the best partner's; with
+        every partner's blend MAPE."""
+        found = {p: self.blend_weights(method, p)[0] for p in PARTNERS if p in self.scratch}
+        cv = {p: self.e2e_mape(method, over, self.blended(method, w, p))
+              for p, w in found.items()}
+        best = min(cv.values())
+        partner = next(p for p in found if cv[p] <= best * (1 + AUTO_TOLERANCE))
+        return partner, found[partner], cv[partner], cv
 
 
 def cross_validate(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
                    methods: Sequence[str], overheads: Sequence[str], seed: int,
                    scratch: bool = True) -> OutOfFold | None:
     """The out-of-fold predictions of FOLDS folds over the models (None under 4 models); the
-    scratch Lasso's only with `scratch`."""
+    scratch partners' only with `scratch`."""
     from sklearn.model_selection import KFold
 
     models = models.sort_values("model_id").reset_index(drop=True)
@@ -124,7 +120,7 @@ def cross_validate(source, kernels: pd.DataFrame, models: pd.DataFrame, target: 
     row_model = kernels["model_id"].map(pos).to_numpy()
     fold = np.empty(len(ids), dtype=int)
     adapted = {m: np.full(len(kernels), np.nan) for m in methods}
-    from_scratch = np.full(len(kernels), np.nan) if scratch else None
+    from_scratch = {p: np.full(len(kernels), np.nan) for p in (PARTNERS if scratch else ())}
     fold_overheads: dict[tuple[str, str], list] = {(m, o): [] for m in methods
                                                    for o in overheads}
     splits = KFold(min(FOLDS, len(ids)), shuffle=True, random_state=seed).split(ids)
@@ -139,8 +135,8 @@ def cross_validate(source, kernels: pd.DataFrame, models: pd.DataFrame, target: 
             for over in overheads:
                 fold_overheads[method, over].append(
                     fit_adapted_overhead(over, source.overhead, common, m_tr, seed))
-        if from_scratch is not None:
-            from_scratch[te] = predict_rows(scratch_types(k_tr, seed), fallback, k_te)
+        for partner, rows in from_scratch.items():
+            rows[te] = predict_rows(scratch_types(k_tr, seed, partner), fallback, k_te)
     return OutOfFold(kernels, models, row_model, fold, adapted, from_scratch, fold_overheads)
 
 
@@ -159,30 +155,6 @@ def choose(oof: OutOfFold, methods: Sequence[str], overheads: Sequence[str]
     method = next(m for m in methods if per_method[m] <= best_m * (1 + AUTO_TOLERANCE))
     return (method, over), (per_method if len(methods) > 1 else {}), \
         (over_cv if len(overheads) > 1 else {})
-
-
-def blend_types(adapted: dict[str, TypeFit], scratch: dict[str, TypeFit],
-                weights: dict[str, float]) -> dict[str, TypeFit]:
-    """Each adapted type mixed with its scratch fit by `weights` (1: the adapted fit as it is,
-    0: the scratch fit, retrained from the new rows alone); a mixed type's metrics are the
-    scratch fit's, with its `blend_weight` and the adapted fit's metrics under `adapted`."""
-    out = {}
-    for ktype, fit in adapted.items():
-        w = weights.get(ktype, 1.0)
-        if w == 1.0 or ktype not in scratch:
-            out[ktype] = fit
-            continue
-        other = scratch[ktype]
-        metrics = {**other.metrics, "blend_weight": w, "adapted": fit.metrics}
-        if w == 0.0:
-            out[ktype] = dataclasses.replace(other, metrics=metrics)
-            continue
-        features = (*fit.features, *(f for f in other.features if f not in fit.features))
-        col = {f: i for i, f in enumerate(features)}
-        reg = BlendedRegressor(fit.regressor, [col[f] for f in fit.features], other.regressor,
-                               [col[f] for f in other.features], w)
-        out[ktype] = TypeFit(ktype, features, reg, {**metrics, "n_rows": fit.metrics["n_rows"]})
-    return out
 
 
 def predict_rows(types: dict[str, TypeFit], fallback: TypeFit, kernels: pd.DataFrame

@@ -424,3 +424,17 @@ def test_gbdt_partner_fits_trees_where_a_type_has_rows_enough_and_round_trips(pa
     dataclasses.replace(adapted, types=mixed).save(tmp_path / "p")
     loaded = LatencyModel.load(tmp_path / "p").types["conv2d"]
     assert loaded.regressor.predict(X) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_source_with_a_typed_overhead_adapts_with_each_types_cost(pair):
+    from latpred.dataset import Dataset
+
+    _, new_ds, root = pair
+    typed = LatencyModel.fit(Dataset.open(root / "src"), SRC, family="lasso", search="latpred",
+                             overhead="typed")
+    assert typed.overhead.kind == "typed"
+    k, m, _, rest = _split(new_ds, 10)
+    model = adapt(typed, k, m, NEW, "auto")   # the folds' end-to-end errors count types too
+    if model.training["overhead"] == "scaled":
+        assert model.overhead.types == typed.overhead.types
+    assert _e2e_mape(model, new_ds, sorted(rest["model_id"])) < 0.25

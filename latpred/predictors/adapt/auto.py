@@ -71,12 +71,19 @@ class OutOfFold:
         kernel_ms = self.adapted[method] if kernel_ms is None else kernel_ms
         s = np.bincount(self.row_model, weights=kernel_ms, minlength=len(self.models))
         n = self.models["n_kernels"].to_numpy()
+        counts = self.type_counts()
         pred = np.empty(len(s))
         for f, oh in enumerate(self.overheads[method, over]):
             at = self.fold == f
-            pred[at] = s[at] + oh.predict(n[at], s[at])
+            pred[at] = s[at] + oh.predict(n[at], s[at], {t: c[at] for t, c in counts.items()})
         y = self.models["latency_ms"].to_numpy()
         return float(np.mean(np.abs(pred - y) / y))
+
+    def type_counts(self) -> dict[str, np.ndarray]:
+        """Per kernel type, each model's count of its kernel rows (a typed overhead's input)."""
+        types = self.kernels["kernel_type"].to_numpy()
+        return {t: np.bincount(self.row_model[types == t], minlength=len(self.models)
+                               ).astype(np.float64) for t in np.unique(types)}
 
     def blend_weights(self, method: str, partner: str = PARTNERS[0]
                       ) -> tuple[dict[str, float], dict[str, dict]]:

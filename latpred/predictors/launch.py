@@ -277,7 +277,8 @@ def fit_stage(X: np.ndarray, features: Sequence[str], rows: pd.DataFrame, seed: 
 
 class LaunchStaged(ComposedRegressor):
     """A type's regressor behind its launch classifier: takes the type's feature rows, appends
-    the classifier's `stage_columns` and predicts with the regressor trained on both."""
+    the classifier's `stage_columns`, predicts with the regressor trained on both (a loop's
+    latency per repetition) and multiplies by the predicted class's `repetitions`."""
 
     family: ClassVar[str] = "launch"
     built_by: ClassVar[str] = "latpred.predictors.training"

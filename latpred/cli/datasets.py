@@ -10,11 +10,17 @@ def dataset_group() -> None:
     """Maintain measured datasets."""
 
 
+def sources_to_new_dataset(command):
+    """SOURCES (existing dataset directories) and --out (a new one) of a dataset command."""
+    command = click.option("--out", required=True, type=click.Path(file_okay=False),
+                           help="New dataset directory (the sources are left as they are).")(
+        command)
+    return click.argument("sources", nargs=-1, required=True,
+                          type=click.Path(file_okay=False, exists=True))(command)
+
+
 @dataset_group.command("merge")
-@click.argument("sources", nargs=-1, required=True,
-                type=click.Path(file_okay=False, exists=True))
-@click.option("--out", required=True, type=click.Path(file_okay=False),
-              help="New dataset directory (the sources are left as they are).")
+@sources_to_new_dataset
 def dataset_merge(sources: tuple[str, ...], out: str) -> None:
     """Merge SOURCES (datasets of different models) into one, e.g. to train on several spaces."""
     from latpred.dataset_merge import merge_datasets
@@ -24,10 +30,7 @@ def dataset_merge(sources: tuple[str, ...], out: str) -> None:
 
 
 @dataset_group.command("combine")
-@click.argument("sources", nargs=-1, required=True,
-                type=click.Path(file_okay=False, exists=True))
-@click.option("--out", required=True, type=click.Path(file_okay=False),
-              help="New dataset directory (the sources are left as they are).")
+@sources_to_new_dataset
 def dataset_combine(sources: tuple[str, ...], out: str) -> None:
     """Combine SOURCES (campaigns of the same models) into labels that are their median."""
     from latpred.dataset_merge import combine_campaigns

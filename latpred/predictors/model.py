@@ -195,7 +195,7 @@ class LatencyModel:
         n = np.diff(offsets)
         sums = np.add.reduceat(flat, offsets[:-1]) if len(flat) else np.zeros(len(graphs))
         sums = np.where(n > 0, sums, 0.0)  # reduceat repeats a value for empty slices
-        over = self.overhead.predict(n, sums, self._type_counts(kernels))
+        over = self.overhead.predict(n, sums, self.overhead_type_counts(kernels))
         out = []
         for gi, ks in enumerate(kernels):
             fb = tuple(sorted({k.type for k in ks} & missing)) if missing else ()
@@ -203,8 +203,9 @@ class LatencyModel:
                                   flat[offsets[gi]:offsets[gi + 1]], fb, graphs[gi].name))
         return out
 
-    def _type_counts(self, kernels) -> dict[str, np.ndarray] | None:
-        """Per kernel type of a typed overhead, each graph's count of kernels of that type."""
+    def overhead_type_counts(self, kernels) -> dict[str, np.ndarray] | None:
+        """Per kernel type of a typed overhead, each kernel list's (a graph's, a block's)
+        count of kernels of that type; None for an untyped overhead."""
         if not self.overhead.per_type:
             return None
         index = {t: i for i, t in enumerate(self.overhead.types)}

@@ -63,9 +63,7 @@ class BlockScores:
         n = len(sizes)
         self.n_kernels = sizes.astype(np.float64)
         # A typed overhead (predictors/overhead.py) reads each subnet's kernels per type.
-        self.type_counts = {t: np.array([sum(k.type == t for k in ks) for ks in kernels],
-                                        dtype=np.float64)
-                            for t in model.overhead.types}
+        self.type_counts = model.overhead_type_counts(kernels) or {}
         self.moved = np.bincount(block_of, batch.moved[batch.config], minlength=n)
         self._context_rows(batch)
         plain = ~self._needs_context[batch.config]

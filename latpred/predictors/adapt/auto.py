@@ -19,7 +19,7 @@ import pandas as pd
 
 from latpred.predictors.adapt.blend import PARTNERS, scratch_types, type_weights
 from latpred.predictors.adapt.types import adapt_types
-from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback
+from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback, type_counts
 
 # From the simplest to the most flexible: `auto` keeps the simplest method whose cross-validated
 # error is within AUTO_TOLERANCE (relative) of the best, as a few models cannot tell apart
@@ -71,7 +71,7 @@ class OutOfFold:
         kernel_ms = self.adapted[method] if kernel_ms is None else kernel_ms
         s = np.bincount(self.row_model, weights=kernel_ms, minlength=len(self.models))
         n = self.models["n_kernels"].to_numpy()
-        counts = self.type_counts()
+        counts = self.model_type_counts()
         pred = np.empty(len(s))
         for f, oh in enumerate(self.overheads[method, over]):
             at = self.fold == f
@@ -79,11 +79,10 @@ class OutOfFold:
         y = self.models["latency_ms"].to_numpy()
         return float(np.mean(np.abs(pred - y) / y))
 
-    def type_counts(self) -> dict[str, np.ndarray]:
+    def model_type_counts(self) -> dict[str, np.ndarray]:
         """Per kernel type, each model's count of its kernel rows (a typed overhead's input)."""
-        types = self.kernels["kernel_type"].to_numpy()
-        return {t: np.bincount(self.row_model[types == t], minlength=len(self.models)
-                               ).astype(np.float64) for t in np.unique(types)}
+        counts = type_counts(self.kernels, self.models["model_id"])
+        return {t: counts[t].to_numpy() for t in counts.columns}
 
     def blend_weights(self, method: str, partner: str = PARTNERS[0]
                       ) -> tuple[dict[str, float], dict[str, dict]]:

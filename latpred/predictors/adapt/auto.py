@@ -19,7 +19,7 @@ import pandas as pd
 
 from latpred.predictors.adapt.blend import PARTNERS, scratch_types, type_weights
 from latpred.predictors.adapt.types import adapt_types
-from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback, type_counts
+from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback
 
 # From the simplest to the most flexible: `auto` keeps the simplest method whose cross-validated
 # error is within AUTO_TOLERANCE (relative) of the best, as a few models cannot tell apart
@@ -81,8 +81,9 @@ class OutOfFold:
 
     def model_type_counts(self) -> dict[str, np.ndarray]:
         """Per kernel type, each model's count of its kernel rows (a typed overhead's input)."""
-        counts = type_counts(self.kernels, self.models["model_id"])
-        return {t: counts[t].to_numpy() for t in counts.columns}
+        types = self.kernels["kernel_type"].to_numpy()
+        return {t: np.bincount(self.row_model[types == t], minlength=len(self.models)
+                               ).astype(np.float64) for t in np.unique(types)}
 
     def blend_weights(self, method: str, partner: str = PARTNERS[0]
                       ) -> tuple[dict[str, float], dict[str, dict]]:

@@ -72,3 +72,19 @@ def simulate(root: str | Path, target: str = "host/cpu/fp32/t1", n_models: int =
                               "kernel_retest_mdape": 100 * noise,
                               "n_retest": 0})
     return ds
+
+
+def with_residual_stage(model, seed: int = 1):
+    """`model` (a LatencyModel) with an end-to-end residual stage that reads every one of its
+    kernel types, fitted on made-up models: for tests of the paths that carry the stage."""
+    from dataclasses import replace
+
+    from latpred.predictors.residual import ResidualStage
+
+    rng = np.random.default_rng(seed)
+    types = sorted(model.types)
+    counts = rng.integers(0, 10, (300, len(types))).astype(float)
+    sums = counts * rng.uniform(0.01, 0.1, counts.shape)
+    residual = np.sin(sums.sum(axis=1) * 3) * 0.05
+    stage = ResidualStage.fit(counts, sums, residual, np.full(300, 1.0), types)
+    return replace(model, residual=stage)

@@ -185,7 +185,7 @@ def context_sensitive(model):
     return replace(model, types=types)
 
 
-@pytest.mark.parametrize("overhead", ["auto", "typed"])
+@pytest.mark.parametrize("overhead", ["auto", "typed", "residual"])
 def test_block_scores_equal_predict_many_with_context(parts, tmp_path, overhead):
     from latpred.features import context_bytes
     from latpred.predictors import BlockScores, LatencyModel
@@ -196,9 +196,12 @@ def test_block_scores_equal_predict_many_with_context(parts, tmp_path, overhead)
     ds = simdata.simulate(tmp_path / "ds", target, n_models=20, seed=3)
     model = context_sensitive(LatencyModel.fit(ds, target, family="gbdt",
                                                search=SearchSpec("gbdt", "t", method="none"),
-                                               overhead=overhead))
-    # A typed overhead: the subnets' kernel counts per type are summed over their blocks.
+                                               overhead=overhead.replace("residual", "auto")))
+    # A typed overhead: the subnets' kernel counts per type are summed over their blocks; a
+    # residual stage (predictors/residual.py): their counts and predicted times per type.
     assert (model.overhead.kind == "typed") == (overhead == "typed")
+    if overhead == "residual":
+        model = simdata.with_residual_stage(model)
     scores = BlockScores(model, graphs, allow_fallback=True)
     keys = list(block_subnets())
     chained = [chain([graphs[k] for k in s], rename=False) for s in keys]

@@ -16,15 +16,19 @@ _FAMILY = click.Choice(["lasso", "rf", "gbdt", "mlp"])
 @click.option("--search", default="latpred", show_default=True,
               help="Search in configs/predictors/<family>.yaml: latpred, paper, or none.")
 @click.option("--overhead", default="auto", show_default=True,
-              type=click.Choice(["auto", "constant", "linear"]))
+              type=click.Choice(["auto", "constant", "linear", "typed"]))
+@click.option("--residual", default="auto", show_default=True,
+              type=click.Choice(["auto", "off"]),
+              help="The end-to-end residual stage (docs/interfaces.md): auto keeps it where "
+                   "it cross-validates better.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option("--analytical-features", is_flag=True,
               help="Give conv-like kernel types the tile/wave and TMModel features "
                    "(docs/analytical-features.md; off by default).")
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Predictor directory to write.")
-def train(data: str, target_name: str, family: str, search: str, overhead: str, seed: int,
-          analytical_features: bool, out: str) -> None:
+def train(data: str, target_name: str, family: str, search: str, overhead: str, residual: str,
+          seed: int, analytical_features: bool, out: str) -> None:
     """Train one regressor per kernel type plus the overhead on DATA, save it to OUT."""
     from latpred.predictors import LatencyModel
     from latpred.predictors.console import TrainingProgress, print_training
@@ -32,7 +36,7 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
     with TrainingProgress(f"training {family}") as progress:
         model = LatencyModel.fit(data, target_name, family=family, search=search,
                                  overhead=overhead, seed=seed, progress=progress,
-                                 analytical_features=analytical_features)
+                                 analytical_features=analytical_features, residual=residual)
     model.save(out)
     print_training(model)
     click.echo(f"Saved the predictor to {out}.")

@@ -30,6 +30,11 @@ def print_training(model: Any) -> None:
            + f", other types {o.per_kernel:.5f} ms")
     console.print(f"overhead ({o.kind}): {o.intercept:.4f} ms + {per} "
                   f"+ {o.per_kernel_ms:.4f} x kernel time, from {o.n_models} models")
+    t = model.training
+    if "residual_cv_mape_with" in t:   # predictors/residual.py: kept or not, and why
+        console.print(f"end-to-end residual stage: {t['residual']} (cross-validated MAPE "
+                      f"{100 * t['residual_cv_mape_without']:.2f}% without, "
+                      f"{100 * t['residual_cv_mape_with']:.2f}% with)")
 
 
 def print_predictions(paths: Sequence[str], preds: Sequence[Any], graphs: Sequence[Any],

@@ -1,6 +1,9 @@
 """LatencyModel: one regressor per kernel type plus the overhead, for one target.
 
     total = overhead(n_kernels, sum) + sum over kernels k of f_type(k)(features(k))
+            [+ residual(counts and predicted sums per kernel type)]
+
+The residual stage (predictors/residual.py) is trained where it cross-validates better.
 
 `predict` takes a Graph or a .tflite path; `predict_many` deduces and featurizes every graph,
 then makes one regressor call per kernel type over the kernels of all graphs, which is what
@@ -23,9 +26,10 @@ import numpy as np
 from latpred.errors import PredictorError
 from latpred.graph import Graph
 from latpred.predictors.overhead import OverheadModel, fit_overhead
+from latpred.predictors.residual import fit_residual, per_type, skipped
 from latpred.predictors.search import SearchSpec, family_class, load_search
 from latpred.predictors.training import (TypeFit, fit_all_types, fit_fallback, load_tables,
-                                         type_counts, with_graph_columns)
+                                         out_of_fold_kernels, type_counts, with_graph_columns)
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,6 +72,7 @@ class LatencyModel:
     fallback: TypeFit | None = None
     training: Mapping[str, Any] = field(default_factory=dict)
     analytical_features: bool = False  # conv-like types also see the analytical columns
+    residual: Any = None   # predictors.residual.ResidualStage, or None
 
     # -- training ------------------------------------------------------------------------------
     @classmethod
@@ -75,28 +80,30 @@ class LatencyModel:
             search: str | SearchSpec = "latpred",
             overhead: str = "auto", model_ids: Iterable[str] | None = None, seed: int = 0,
             progress: Callable[[str, int, int], None] | None = None,
-            analytical_features: bool = False) -> "LatencyModel":
+            analytical_features: bool = False, residual: str = "auto") -> "LatencyModel":
         """Train on the measurements of `target` in `dataset` (a Dataset or its directory).
 
         `search` names a search in configs/predictors/<family>.yaml ("paper", "latpred") or
         "none", or is a SearchSpec; `model_ids` restricts training to those models (a train
         split); `analytical_features` adds the tile/wave and TMModel columns to the conv-like
         kernel types' regressors (predictors/analytical.py; off by default, see
-        docs/analytical-features.md).
+        docs/analytical-features.md); `residual` "auto" trains the end-to-end residual stage
+        where it cross-validates better (predictors/residual.py), "off" never.
         """
         kernels, models = load_tables(dataset, target, model_ids, analytical_features)
         from pathlib import Path
 
         info = {"dataset": str(Path(getattr(dataset, "root", dataset)).resolve())}
         return cls.fit_tables(kernels, models, target, family, search, overhead, seed,
-                              progress, info, analytical_features)
+                              progress, info, analytical_features, residual)
 
     @classmethod
     def fit_tables(cls, kernels, models, target: str, family: str = "gbdt",
                    search: str | SearchSpec = "latpred", overhead: str = "auto", seed: int = 0,
                    progress: Callable[[str, int, int], None] | None = None,
                    info: Mapping[str, Any] | None = None,
-                   analytical_features: bool = False) -> "LatencyModel":
+                   analytical_features: bool = False, residual: str = "auto"
+                   ) -> "LatencyModel":
         """Train on a kernel-rows and a model-rows table (see predictors/training.py); with
         `analytical_features` the kernel rows must carry the analytical columns."""
         family_class(family)
@@ -113,14 +120,15 @@ class LatencyModel:
 
             schema, kernels = schemas(kernels, parse_target(target))
         types = fit_all_types(kernels, spec, seed, progress, schema)
+        counts = type_counts(kernels, models["model_id"])
         ovh = fit_overhead(models["n_kernels"].to_numpy(), models["kernel_sum_ms"].to_numpy(),
-                           models["latency_ms"].to_numpy(), overhead, seed,
-                           type_counts(kernels, models["model_id"]))
+                           models["latency_ms"].to_numpy(), overhead, seed, counts)
+        stage, chosen = _fit_residual(kernels, models, types, spec, ovh, counts, residual, seed)
         ids = sorted(set(kernels["model_id"]) | set(models["model_id"]))
         training = {**(info or {}), "n_models": len(ids), "n_kernel_rows": int(len(kernels)),
-                    "search": spec.name, "seed": seed, "train_models": ids}
+                    "search": spec.name, "seed": seed, **chosen, "train_models": ids}
         return cls(target, family, types, ovh, fit_fallback(kernels), training,
-                   analytical_features)
+                   analytical_features, stage)
 
     # -- prediction ----------------------------------------------------------------------------
     def predict(self, graph_or_path: Graph | str | os.PathLike | Any, *,
@@ -196,6 +204,10 @@ class LatencyModel:
         sums = np.add.reduceat(flat, offsets[:-1]) if len(flat) else np.zeros(len(graphs))
         sums = np.where(n > 0, sums, 0.0)  # reduceat repeats a value for empty slices
         over = self.overhead.predict(n, sums, self.overhead_type_counts(kernels))
+        if self.residual is not None:
+            counts, typed = per_type([[k.type for k in ks] for ks in kernels], flat,
+                                     self.residual.types)
+            over = over + self.residual.predict(counts, typed)
         out = []
         for gi, ks in enumerate(kernels):
             fb = tuple(sorted({k.type for k in ks} & missing)) if missing else ()
@@ -252,3 +264,24 @@ def _as_graph(g: Graph | str | os.PathLike | Any, example_inputs: Any = None) ->
     from latpred.tflite import read_tflite
 
     return read_tflite(g)
+
+
+def _fit_residual(kernels, models, types, spec, overhead, counts, mode: str, seed: int):
+    """The end-to-end residual stage on the training models with every kernel measured, from
+    their kernels' out-of-fold predictions (predictors/residual.py), and what the choice
+    measured; (None, {...}) where it is off or not kept."""
+    import pandas as pd
+
+    skip = skipped(mode, len(models))
+    if skip:
+        return None, skip
+    rows = kernels[kernels["model_id"].isin(set(models["model_id"]))].reset_index(drop=True)
+    oof = out_of_fold_kernels(rows, types, spec, seed)
+    sums = pd.Series(oof).groupby([rows["model_id"], rows["kernel_type"]]).sum().unstack(
+        fill_value=0.0).reindex(index=list(models["model_id"]), columns=list(counts.columns),
+                                fill_value=0.0)
+    total = sums.sum(axis=1).to_numpy()
+    n = models["n_kernels"].to_numpy()
+    typed = {t: counts[t].to_numpy() for t in counts.columns}
+    base = total + overhead.predict(n, total, typed)
+    return fit_residual(counts, sums, base, models["latency_ms"].to_numpy(), seed)

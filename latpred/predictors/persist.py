@@ -10,6 +10,8 @@
     <kernel_type>.launch.lgb.txt   a type with the launch-pattern stage (predictors/launch.py,
                         CUDA grouped convolutions): its pattern classifier, a LightGBM text
                         model, listed under the type's "launch" entry with classes and sha256
+    residual.lgb.txt    the end-to-end residual stage where one was kept
+                        (predictors/residual.py): a LightGBM text model, under "residual"
 
 Loading parses predictor.json as JSON, refuses another format version or another target,
 refuses an artifact whose name is not a plain file name of this directory, and checks each
@@ -30,6 +32,8 @@ from latpred.errors import PredictorError
 from latpred.predictors.launch import ARTIFACT_SUFFIX as LAUNCH_SUFFIX
 from latpred.predictors.launch import LaunchClassifier, LaunchStaged
 from latpred.predictors.overhead import OverheadModel
+from latpred.predictors.residual import ARTIFACT as RESIDUAL_ARTIFACT
+from latpred.predictors.residual import ResidualStage
 from latpred.predictors.search import FAMILIES
 from latpred.predictors.training import TypeFit
 
@@ -54,6 +58,7 @@ def save_model(model: Any, directory: str | os.PathLike) -> Path:
         "analytical_features": bool(model.analytical_features), "kernel_types": kernel_types,
         "fallback": _write_fit(root, model.fallback, "_fallback") if model.fallback else None,
         "overhead": model.overhead.to_json(), "training": dict(model.training),
+        "residual": _write_residual(root, model.residual),
     }
     tmp = root / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=_json_default))
@@ -82,6 +87,25 @@ def _write_fit(root: Path, fit: TypeFit, stem: str) -> dict[str, Any]:
     return entry
 
 
+def _write_residual(root: Path, stage: ResidualStage | None) -> dict[str, Any] | None:
+    if stage is None:
+        return None
+    data, params = stage.export()
+    (root / RESIDUAL_ARTIFACT).write_bytes(data)
+    return {"artifact": RESIDUAL_ARTIFACT, "sha256": hashlib.sha256(data).hexdigest(), **params}
+
+
+def _read_residual(root: Path, entry: dict[str, Any] | None) -> ResidualStage | None:
+    if entry is None:   # none kept, or saved before the stage existed
+        return None
+    path, data = _read_artifact(root, "residual", entry)
+    try:
+        return ResidualStage.restore(data, entry)
+    except Exception as err:  # a foreign file's failure to parse is the file's fault
+        raise PredictorError(f"The artifact {path} is not a valid residual stage "
+                             f"({type(err).__name__}); refusing it.") from None
+
+
 def _json_default(v: Any) -> Any:
     if hasattr(v, "item"):  # numpy scalars in metrics or best_params
         return v.item()
@@ -101,6 +125,7 @@ def load_model(directory: str | os.PathLike, target: str | None = None):
         types = {t: _read_fit(root, t, e) for t, e in doc["kernel_types"].items()}
         fallback = _read_fit(root, "_fallback", doc["fallback"]) if doc.get("fallback") else None
         overhead = OverheadModel.from_json(doc["overhead"])
+        residual = _read_residual(root, doc.get("residual"))
     except (KeyError, TypeError, ValueError) as err:
         raise PredictorError(f"{root / MANIFEST} is malformed ({err}); retrain the "
                              "predictor.") from None
@@ -109,7 +134,7 @@ def load_model(directory: str | os.PathLike, target: str | None = None):
     if not isinstance(analytical, bool):
         raise PredictorError(f"{root / MANIFEST} has a non-boolean 'analytical_features'.")
     return LatencyModel(doc["target"], doc["family"], types, overhead, fallback,
-                        doc.get("training", {}), analytical)
+                        doc.get("training", {}), analytical, residual)
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:

@@ -7,12 +7,14 @@ from what is cached per block:
 
 - its kernel count and the bytes its kernels read and write;
 - the summed predictions of its kernels whose regressor does not read `context_bytes`;
-- the configurations (feature rows) of those whose regressor does (conv and FC kernels).
+- the configurations (feature rows) of those whose regressor does (conv and FC kernels);
+- with an end-to-end residual stage (predictors/residual.py), the same per kernel type.
 
 Per batch of subnets, each subnet's `context_bytes` is that of its blocks' summed bytes (as
 `predict_many` sums them over the chained graph's kernels); the context kernels are predicted
 with one regressor call per group for the whole batch, each distinct (configuration, context)
-once; the overhead model is applied to the summed counts and latencies.
+once; the overhead model (and the residual stage) is applied to the summed counts and
+latencies.
 
     scores = BlockScores(model, {key: block_graph, ...})
     scores.verify(some_subnets)            # == predict_many on their chained graphs, or raises
@@ -35,6 +37,7 @@ import numpy as np
 from latpred.errors import PredictorError
 from latpred.features import context_bytes
 from latpred.graph import Graph
+from latpred.predictors.residual import by_type
 
 
 class BlockScores:
@@ -71,6 +74,26 @@ class BlockScores:
                                     predict_configs(batch, model.regressors())[batch.config[plain]],
                                     minlength=n)
         self._context_kernels(block_of[~plain], batch.config[~plain], n)
+        self._residual_caches(kernels, batch, block_of, plain)
+
+    def _residual_caches(self, kernels, batch: Any, block_of: np.ndarray, plain: np.ndarray
+                         ) -> None:
+        """Per block and kernel type of the residual stage: its kernels and the plain ones'
+        summed latency; per configuration, its type's column (-1: not one of the stage's)."""
+        stage = self.model.residual
+        if stage is None:
+            return
+        from latpred.predictors.batch import predict_configs
+
+        index = {t: i for i, t in enumerate(stage.types)}
+        col = np.fromiter((index.get(k.type, -1) for ks in kernels for k in ks), dtype=np.intp,
+                          count=len(block_of))
+        ms = np.zeros(len(block_of))
+        ms[plain] = predict_configs(batch, self.model.regressors())[batch.config[plain]]
+        self.r_counts, self.r_plain = by_type(block_of, col, ms, len(self.graphs), len(index))
+        self._config_col = np.full(batch.n_configs, -1, dtype=np.intp)
+        for group, ids in batch.members.items():
+            self._config_col[ids] = index.get(group, -1)
 
     def _context_rows(self, batch: Any) -> None:
         """Per configuration: whether its group reads context_bytes, the group, its row."""
@@ -105,12 +128,24 @@ class BlockScores:
         # A batch's subnets share few contexts (rounded to 1/8 octave): number them, so that
         # (block, context) and (configuration, context) pairs are single ints to deduplicate.
         contexts, code = np.unique(context, return_inverse=True)
+        code = code.reshape(-1)[owner]
         sums = np.bincount(owner, self.plain_ms[blocks], minlength=m)
-        sums += np.bincount(owner, self._context_ms(blocks, code.reshape(-1)[owner], contexts),
-                            minlength=m)
+        sums += np.bincount(owner, self._context_ms(blocks, code, contexts), minlength=m)
         typed = {t: np.bincount(owner, c[blocks], minlength=m)
                  for t, c in self.type_counts.items()}
-        return sums + self.model.overhead.predict(n, sums, typed)
+        total = sums + self.model.overhead.predict(n, sums, typed)
+        if self.model.residual is not None:
+            total += self._residual(blocks, owner, code, contexts, m)
+        return total
+
+    def _residual(self, blocks: np.ndarray, owner: np.ndarray, code: np.ndarray,
+                  contexts: np.ndarray, m: int) -> np.ndarray:
+        """The residual stage's correction of `m` subnets from their blocks' per-type caches."""
+        by_block = self.r_plain[blocks] + self._context_ms(blocks, code, contexts, typed=True)
+        per = [np.column_stack([np.bincount(owner, a[:, j], minlength=m)
+                                for j in range(a.shape[1])]).reshape(m, a.shape[1])
+               for a in (self.r_counts[blocks], by_block)]
+        return self.model.residual.predict(*per)
 
     def _block_ids(self, subnets: Iterable[Sequence[Hashable]]) -> tuple[np.ndarray, list[int]]:
         get = self.index.__getitem__
@@ -122,12 +157,13 @@ class BlockScores:
         lengths = list(map(len, ids))
         return np.fromiter(flatten.from_iterable(ids), dtype=np.intp, count=sum(lengths)), lengths
 
-    def _context_ms(self, blocks: np.ndarray, code: np.ndarray, contexts: np.ndarray
-                    ) -> np.ndarray:
+    def _context_ms(self, blocks: np.ndarray, code: np.ndarray, contexts: np.ndarray,
+                    typed: bool = False) -> np.ndarray:
         """Per (block, its subnet's context number): the block's context kernels' summed
-        latency."""
+        latency; `typed`: per kernel type of the residual stage, (blocks, types)."""
+        width = self.r_counts.shape[1] if typed else 0
         if not len(self._ctx_config) or not len(blocks):
-            return np.zeros(len(blocks))
+            return np.zeros((len(blocks), width)) if typed else np.zeros(len(blocks))
         k = len(contexts)
         uniq, back = np.unique(blocks * k + code, return_inverse=True)
         ub, uc = uniq // k, uniq % k
@@ -136,6 +172,10 @@ class BlockScores:
         entry = np.arange(lengths.sum()) + np.repeat(starts - (np.cumsum(lengths) - lengths),
                                                      lengths)
         ms = self._predict_context(self._ctx_config[entry], uc[pair], contexts)
+        if typed:
+            _, out = by_type(pair, self._config_col[self._ctx_config[entry]],
+                             ms * self._ctx_count[entry], len(ub), width)
+            return out[back]
         return np.bincount(pair, ms * self._ctx_count[entry], minlength=len(ub))[back]
 
     def _predict_context(self, config: np.ndarray, code: np.ndarray, contexts: np.ndarray

@@ -259,3 +259,32 @@ def fit_all_types(kernels: pd.DataFrame, spec: SearchSpec, seed: int = 0,
                 progress(str(ktype), len(rows), len(kernels))
             fits[ktype] = fit_type(ktype, rows, spec, seed, schema.get(ktype))
     return fits
+
+
+def out_of_fold_kernels(kernels: pd.DataFrame, fits: Mapping[str, TypeFit], spec: SearchSpec,
+                        seed: int = 0, folds: int = 5) -> np.ndarray:
+    """Each kernel row's latency predicted by its type's regressor refitted without the row's
+    model (GroupKFold by model, the type's searched hyperparameters, no new search): what the
+    end-to-end residual stage (predictors/residual.py) trains on. A type measured in a single
+    model keeps its own fit's prediction."""
+    from sklearn.model_selection import GroupKFold
+    from threadpoolctl import threadpool_limits
+
+    out = np.zeros(len(kernels))
+    with threadpool_limits(limits=1):
+        for ktype, rows in kernels.groupby("kernel_type"):
+            fit = fits[ktype]
+            pos = kernels.index.get_indexer(rows.index)
+            X = rows[[FEATURE_PREFIX + f for f in fit.features]].to_numpy(np.float64)
+            groups = rows["model_id"].to_numpy()
+            k = min(folds, len(np.unique(groups)))
+            if k < 2:
+                out[pos] = fit.regressor.predict(X)
+                continue
+            fixed = SearchSpec(spec.family, "fixed", method="none",
+                               fixed={**spec.fixed, **fit.metrics.get("best_params", {})})
+            for train, test in GroupKFold(k, shuffle=True, random_state=seed).split(X, None,
+                                                                                    groups):
+                refit = fit_type(str(ktype), rows.iloc[train], fixed, seed, fit.features)
+                out[pos[test]] = refit.regressor.predict(X[test])
+    return out

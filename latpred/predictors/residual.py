@@ -17,9 +17,10 @@ synthetic ones of 20-40), the trees add a bounded correction.
 
 `auto` keeps the stage only where a 5-fold cross-validation over the training models (with
 their out-of-fold kernel predictions) lowers the end-to-end MAPE by more than `KEEP_GAIN`, and
-only with `MIN_MODELS` models. On h100-cuda-synthetic (protocol (a), diagnostic on the test
-models of three splits, trees trained on the other folds' test models): 3.17% -> 2.36%, the
-largest inputs being the grouped convolutions' and the reductions' predicted time.
+only with `MIN_MODELS` models. Kept on h100-cuda-synthetic (CV 3.34% -> 2.38%; protocol (a),
+five splits: 3.33% -> 2.46% on average, the largest inputs the grouped convolutions' and the
+reductions' predicted time), not on host-cpu-synthetic (4.62% -> 4.47%);
+docs/results/cuda-campaigns/README.md, session 14.
 """
 
 from __future__ import annotations

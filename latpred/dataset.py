@@ -21,17 +21,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from latpred import atomic_files as atomic
 from latpred.errors import DatasetError
 
 FORMAT_VERSION = 1
@@ -110,7 +109,7 @@ class Dataset:
         ds = Dataset(path)
         _validate_manifest(ds.manifest, path / "manifest.json")
         for table in _COLUMNS:
-            _recover(ds._table_path(table))
+            atomic.recover(ds._table_path(table))
             for part in ds._parts(table):
                 try:
                     schema = pq.read_schema(part)
@@ -162,14 +161,14 @@ class Dataset:
             return
         arrow = _to_arrow(df, table)
         directory = self._table_path(table)
-        _recover(directory)
+        atomic.recover(directory)
         if directory.is_file():
-            _file_to_parts(directory)
+            atomic.file_to_parts(directory)
         directory.mkdir(exist_ok=True)
-        _remove_temporaries(directory)
+        atomic.remove_temporaries(directory)
         numbers = [int(m.group(1)) for p in directory.iterdir() if (m := _PART.match(p.name))]
         final = directory / f"part-{max(numbers, default=0) + 1:06d}.parquet"
-        _write_atomic(final, lambda tmp: _write_parquet(arrow, tmp))
+        atomic.write_atomic(final, lambda tmp: _write_parquet(arrow, tmp))
 
     # -- reading -------------------------------------------------------------------------------
     def models(self, target: str | None = None) -> pd.DataFrame:
@@ -217,7 +216,7 @@ class Dataset:
 
     def write_json(self, name: str, data: Any) -> None:
         """Write the JSON side file `name` atomically."""
-        _write_atomic(self.root / name, lambda tmp: tmp.write_text(json.dumps(data) + "\n"))
+        atomic.write_atomic(self.root / name, lambda tmp: tmp.write_text(json.dumps(data) + "\n"))
 
     def targets(self) -> list[str]:
         """Targets the manifest describes."""
@@ -247,8 +246,8 @@ class Dataset:
         arrow = _to_arrow(df, table)
         path = self._table_path(table)
         new = path.with_name(path.name + ".new")
-        _write_atomic(new, lambda tmp: _write_parquet(arrow, tmp))
-        _swap_in(path, new)
+        atomic.write_atomic(new, lambda tmp: _write_parquet(arrow, tmp))
+        atomic.swap_in(path, new)
 
     def compact(self) -> None:
         """Rewrite each table as one parquet file (duplicates and temporary files dropped)."""
@@ -258,8 +257,8 @@ class Dataset:
                 continue
             arrow = _to_arrow(self._read(table, None), table)
             new = path.with_name(path.name + ".new")
-            _write_atomic(new, lambda tmp: _write_parquet(arrow, tmp))
-            _swap_in(path, new)
+            atomic.write_atomic(new, lambda tmp: _write_parquet(arrow, tmp))
+            atomic.swap_in(path, new)
 
     # -- paths ---------------------------------------------------------------------------------
     def _table_path(self, table: str) -> Path:
@@ -381,7 +380,7 @@ def _validate_manifest(manifest: Any, where: Path) -> None:
 
 
 def _write_manifest(path: Path, manifest: dict) -> None:
-    _write_atomic(path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2) + "\n"))
+    atomic.write_atomic(path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2) + "\n"))
 
 
 def _check_types(entry: dict, known: dict[str, tuple[type, ...]], what: str) -> None:
@@ -396,76 +395,3 @@ def _write_parquet(arrow: pa.Table, path: Path) -> None:
     # zstd at level 9 halves the shipped datasets against parquet's default snappy (the
     # repository must stay small enough to travel to the device machine) and reads as fast.
     pq.write_table(arrow, path, compression="zstd", compression_level=9)
-
-
-# -- atomic file operations --------------------------------------------------------------------
-def _tmp_name(final: Path) -> Path:
-    # Hidden ("." prefix) so neither latpred nor pyarrow's dataset reader picks it up.
-    return final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.tmp")
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file's or a directory's entries to disk (a rename is durable once its dir is)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(final: Path, write: Callable[[Path], Any]) -> None:
-    """`write` a hidden temporary next to `final`, flush it, then rename it into place."""
-    tmp = _tmp_name(final)
-    try:
-        write(tmp)
-        _fsync(tmp)
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync(final.parent)
-
-
-def _remove_temporaries(directory: Path) -> None:
-    """Drop parts a killed append left half-written (one writer at a time owns the dataset)."""
-    for p in directory.iterdir():
-        if p.name.startswith(".") and p.name.endswith(".tmp"):
-            p.unlink(missing_ok=True)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def _swap_in(path: Path, new: Path) -> None:
-    """Replace `path` (file or directory) by the complete `new`; `_recover` finishes a kill."""
-    old = path.with_name(path.name + ".old")
-    _remove(old)
-    if path.exists():
-        os.rename(path, old)
-    os.rename(new, path)  # between the two renames `path` is absent and `new` is complete
-    _fsync(path.parent)
-    _remove(old)
-
-
-def _recover(path: Path) -> None:
-    """Finish or roll back a `_swap_in` that a kill interrupted."""
-    new = path.with_name(path.name + ".new")
-    old = path.with_name(path.name + ".old")
-    if not path.exists() and new.exists():
-        os.rename(new, path)
-    for leftover in (new, old):
-        if leftover.exists():
-            _remove(leftover)
-
-
-def _file_to_parts(path: Path) -> None:
-    """Turn a compacted single-file table back into a directory holding it as its first part."""
-    new = path.with_name(path.name + ".new")
-    _remove(new)
-    new.mkdir()
-    shutil.copyfile(path, new / "part-000000.parquet")
-    _fsync(new / "part-000000.parquet")
-    _swap_in(path, new)

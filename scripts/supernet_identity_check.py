@@ -101,7 +101,8 @@ def _kernels(g, target) -> object:
 
 def dump(work: Path, out: Path) -> None:
     from latpred.predictors import LatencyModel
-    from latpred.target import available_devices, load_device, parse_target
+    from latpred.device_profile import available_devices, load_device
+    from latpred.target import parse_target
 
     sets = graph_sets()
     gpu = [f"{d}/gpu/{load_device(d).gpu.precisions[0]}" for d in available_devices()

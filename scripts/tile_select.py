@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tile_validation as tv  # noqa: E402
 
 from latpred.features.tile_model import name_tile  # noqa: E402
-from latpred.target import load_device  # noqa: E402
+from latpred.device_profile import load_device# noqa: E402
 
 FOREST = dict(n_estimators=100, max_leaf_nodes=4096, max_features=0.5, random_state=0, n_jobs=1)
 # 127 leaves beat 63 for both objectives in seed 0's CV (which picked l2, 127 of the four); the

@@ -31,7 +31,7 @@ from sklearn.model_selection import GroupKFold, GroupShuffleSplit, KFold, train_
 
 from latpred.features.tile import conv_gemm, gemm_features
 from latpred.features.tile_model import TileLatencyModel, fit_tau, gemm_terms, name_tile
-from latpred.target import load_device
+from latpred.device_profile import load_device
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT / "datasets" / "h100-cudnn-conv"

@@ -18,7 +18,8 @@ from ai_edge_litert.interpreter import Interpreter
 
 from latpred.deduce import deduce
 from latpred.inspect_model import op_rows, totals
-from latpred.target import available_devices, load_device, target_strings
+from latpred.device_profile import available_devices, load_device
+from latpred.target import target_strings
 from latpred.tflite import read_tflite
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from latpred.deduce.conv_selection import ConvGeom, winograd_mldrift, winograd_t
 from latpred.deduce.explain import explain
 from latpred.deduce.optypes import bhwc
 from latpred.graph import Graph
-from latpred.target import load_device
+from latpred.device_profile import load_device
 
 ADRENO, MALI, NVIDIA = "pixel4/gpu/fp16", "galaxys10/gpu/fp16", "h100/gpu/fp16"
 GPU_TARGETS = (ADRENO, "mi8se/gpu/fp16", MALI, "galaxya03s/gpu/fp16", "iphonexs/gpu/fp16",

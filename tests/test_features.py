@@ -342,7 +342,8 @@ def test_deduced_kernels_have_every_column_of_their_type():
     """The contract training relies on: no kernel deduce makes lacks one of its columns."""
     from latpred.deduce import deduce
     from latpred.sampler import build_graph, load_space, sample
-    from latpred.target import available_devices, load_device, parse_target, target_strings
+    from latpred.device_profile import available_devices, load_device
+    from latpred.target import parse_target, target_strings
     from latpred.tflite import read_tflite
 
     root = os.path.dirname(os.path.dirname(__file__))

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from latpred.errors import ConfigError, LatpredError, TargetError
-from latpred.target import (DEVICES_DIR, available_devices, load_device, parse_cores,
-                            parse_profile, parse_target, target_strings)
+from latpred.device_profile import (DEVICES_DIR, available_devices, load_device, parse_cores,
+                                    parse_profile)
+from latpred.target import parse_target, target_strings
 
 PAPER_PHONES = {"pixel4": "adreno", "mi8se": "adreno", "galaxys10": "mali",
                 "galaxya03s": "powervr", "iphonexs": "apple", "iphone7": "apple"}

@@ -12,7 +12,8 @@ from latpred.errors import ConfigError
 from latpred.features.tile import (Gemm, analytical_features, conv_gemm, gemm_of, grid_size,
                                    tile_features, tile_stats)
 from latpred.features.tile_model import TileLatencyModel, fit_phi, fit_tau, grids
-from latpred.target import _tile_shapes, parse_target
+from latpred.device_profile import _tile_shapes
+from latpred.target import parse_target
 
 
 def _graph(build):

@@ -114,7 +114,8 @@ def targets(as_json: bool) -> None:
     """List the device profiles, their runtimes and GPU rule sets, and example target strings."""
     import json
 
-    from latpred.target import available_devices, load_device, target_strings
+    from latpred.device_profile import available_devices, load_device
+    from latpred.target import target_strings
 
     rows = []
     for name in available_devices():

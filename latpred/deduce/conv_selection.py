@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from latpred.graph import Graph, Op
-from latpred.target import GpuSpec
+from latpred.device_profile import GpuSpec
 
 _VENDOR = {"adreno": "Adreno", "mali": "Mali", "powervr": "PowerVR", "apple": "Apple",
            "nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}

@@ -28,7 +28,7 @@ from latpred.deduce.kernel import Kernel
 from latpred.deduce.optypes import bhwc, kernel_type, spatial_zero_pad
 from latpred.deduce.rulesets import GpuRuleSet
 from latpred.graph import Graph, Op
-from latpred.target import GpuSpec
+from latpred.device_profile import GpuSpec
 
 # Entries kept per table before the tables start again: a supernet's chained subnets need tens
 # of thousands (one per Op object: a block placed at another offset has new ones); graphs that

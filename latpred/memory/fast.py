@@ -64,6 +64,19 @@ def predict_many_with_memory(model: Any, graphs: Sequence[Graph], *, kernels: st
         preds = model.predict_many(graphs, allow_fallback=allow_fallback)
         return preds, memory_totals(graphs, model.target, kernels)
     preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback)
+    if kernels == "xnnpack" and _compiled():
+        from latpred.memory.flat import xnnpack_totals
+
+        return preds, xnnpack_totals(graphs, deduced, batch)
     configs = batch_configs(graphs, deduced, batch)
     return preds, np.array([memory_total(g, kernels, c) for g, c in zip(graphs, configs)],
                            dtype=np.int64)
+
+
+def _compiled() -> bool:
+    """Whether numba is installed (a dependency; without it the Python planners run)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True

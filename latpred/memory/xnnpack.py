@@ -69,13 +69,16 @@ def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
         return True
     if type_ in _ALWAYS:
         return type_ != "SPLIT" or kinds[ins[0]] == MMAP
-    if type_ in _POOLS:
+    return (type_ in _POOLS or type_ == "SOFTMAX") and attrs_supported(op)
+
+
+def attrs_supported(op: Op) -> bool:
+    """What `supported` reads of a pooling's or SOFTMAX's attributes."""
+    if op.type in _POOLS:
         # CheckPoolingParams: a stride larger than the filter is declined
         stride, size = op.attr("stride", (1, 1)), op.attr("filter", (1, 1))
         return stride[0] <= size[0] and stride[1] <= size[1]
-    if type_ == "SOFTMAX":
-        return abs(float(op.attr("beta", 1.0)) - 1.0) < 1e-9
-    return False
+    return abs(float(op.attr("beta", 1.0)) - 1.0) < 1e-9
 
 
 def partitions(graph: Graph, kinds: dict[int, str]) -> list[tuple[bool, list[int]]]:
@@ -389,9 +392,14 @@ def _elided_source(graph: Graph, op: Op) -> int | None:
         if len(readers) == 1 and graph.ops[readers[0]].type in ("CONV_2D",
                                                                 "DEPTHWISE_CONV_2D"):
             return op.inputs[0]
-    elif _is_clamp(op) and op.attr("activation", "NONE") == "NONE":
+    elif is_noop_clamp(op):
         return op.inputs[0]
     return None
+
+
+def is_noop_clamp(op: Op) -> bool:
+    """A 1x1 pooling without activation: a clamp to (-inf, +inf)."""
+    return _is_clamp(op) and op.attr("activation", "NONE") == "NONE"
 
 
 def _reused(graph: Graph, candidates: list[int], inside: set[int], fused: dict[int, int],

@@ -1,0 +1,201 @@
+"""Memory-aware NAS, compiled: a whole batch's XNNPACK totals in one numba call.
+
+`predict_many_with_memory` hands over the latency batch (`fast.py`); here every graph's ops,
+wiring and tensors become flat arrays (built with C-level walks over the batch, tensor sizes
+from the batch's interned tensors), `compiled_graph.plan_batch` plans all graphs, and the
+totals are summed with numpy. Graphs the compiled planner does not cover (Prepare changes an
+allocation type or ends a chunk, an op left to TFLite has temporaries or runs in place, ops
+out of dependency order, more than 16 tied arena tensors) are planned in Python as before, so
+every total equals `memory_totals`' (scripts/memory_fast_check.py).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from math import prod
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from latpred.graph import _ITEMSIZE, Graph
+from latpred.memory import compiled_graph as cg
+from latpred.memory import xnnpack
+from latpred.memory import xnnpack_operators as xnn_ops
+from latpred.memory.configs import OpConfigs
+from latpred.memory.host_cpu import _FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR, overhead, transient
+from latpred.memory.litert_builtin import _PREPARE_FOLDS, _REDUCE, set_tensor_table
+from latpred.memory.litert_plan import INPLACE
+
+_OPS, _INPUTS, _OUTPUTS = attrgetter("ops"), attrgetter("inputs"), attrgetter("outputs")
+_WIRING = attrgetter("type", "inputs", "outputs")
+_FLAGS: dict[str, int] = {}
+OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (Python only)
+
+
+def type_flags(op_type: str) -> int:
+    """`compiled_graph.OP_*` bits of an op type, read from the Python planners' own sets."""
+    flags = _FLAGS.get(op_type)
+    if flags is not None:
+        return flags
+    static = xnnpack._STATIC.get(op_type)
+    bits = [(op_type in xnnpack._ALWAYS, cg.OP_ALWAYS), (op_type == "SPLIT", cg.OP_SPLIT),
+            (static is not None, cg.OP_STATIC), (op_type in xnnpack._POOLS, cg.OP_POOL),
+            (op_type == "SOFTMAX", cg.OP_SOFTMAX),
+            (bool(INPLACE.get(op_type)) or op_type in _REDUCE or
+             op_type in ("CONV_2D", "FULLY_CONNECTED"), cg.OP_TFLITE_ONLY),
+            (op_type in ("SHAPE", "REDUCE_PROD"), cg.OP_KIND_STOP),
+            (op_type == "RESHAPE", cg.OP_RESHAPE), (op_type == "STRIDED_SLICE", cg.OP_SLICE),
+            (op_type in _PREPARE_FOLDS - {"RESHAPE", "STRIDED_SLICE"}, cg.OP_FOLD),
+            (op_type in xnnpack._IN_PLACE, cg.OP_XNN_IN_PLACE),
+            (op_type in xnnpack._ELIDABLE - xnnpack._POOLS, cg.OP_PAD),
+            (op_type in ("CONV_2D", "DEPTHWISE_CONV_2D"), cg.OP_CONV),
+            (op_type in xnn_ops._WITH_BUFFERS, OP_BUFFERS)]
+    flags = sum(bit for on, bit in bits if on)
+    for k in static or ():
+        flags |= 1 << (cg.STATIC_SHIFT + k)
+    _FLAGS[op_type] = flags
+    return flags
+
+
+def _offsets(lists: list) -> np.ndarray:
+    """CSR offsets of a list of sequences: list i is entries [ptr[i], ptr[i + 1])."""
+    ptr = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, lists), np.int64, len(lists)), out=ptr[1:])
+    return ptr
+
+
+def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and concatenated values of a list of int sequences."""
+    ptr = _offsets(lists)
+    return ptr, np.fromiter(chain.from_iterable(lists), np.int64, int(ptr[-1]))
+
+
+def _op_attrs(ops: list, flags: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What the planners read of attributes, for the poolings and SOFTMAX only: whether the
+    delegate takes them, whether a pooling is a clamp, and a clamp without activation."""
+    ok, clamp, noop = (np.zeros(len(ops), np.bool_) for _ in range(3))
+    for j in np.flatnonzero(flags & (cg.OP_POOL | cg.OP_SOFTMAX)).tolist():
+        op = ops[j]
+        ok[j] = xnnpack.attrs_supported(op)
+        clamp[j] = xnnpack._is_clamp(op)
+        noop[j] = xnnpack.is_noop_clamp(op)
+    return ok, clamp, noop
+
+
+def _tensors(graphs: Sequence[Graph], batch: Any) -> tuple[np.ndarray, ...]:
+    """Per graph tensor (all graphs in a row): bytes, stored in the model, XNNPACK data type,
+    from the batch's interned tensors; and each graph's first tensor."""
+    keys = batch.tensor_keys            # (shape, dtype, is_constant, value, quantized)
+    key_size = np.fromiter((prod(k[0]) * _ITEMSIZE[k[1]] for k in keys), np.int64, len(keys))
+    key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
+    key_dtype = np.fromiter((k[1] in xnnpack._DATA_DTYPES for k in keys), np.bool_, len(keys))
+    ptr, ids = _csr(batch.tensor_ids)
+    ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
+    g_tens = ptr - np.arange(len(ptr))
+    assert np.array_equal(np.diff(g_tens), [len(g.tensors) for g in graphs])
+    return key_size[ids], key_const[ids], key_dtype[ids], g_tens
+
+
+def _op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
+    """Each op's kernel configuration (-1: an op of a several-op kernel), as `batch_configs`."""
+    k_ops = list(chain.from_iterable(map(lambda ks: map(_OPS, ks), kernels)))
+    single = np.fromiter(map(len, k_ops), np.int64, len(k_ops)) == 1
+    first = np.fromiter(map(itemgetter(0), k_ops), np.int64, len(k_ops))
+    graph_start = np.repeat(g_ops[:-1], [len(ks) for ks in kernels])
+    out = np.full(g_ops[-1], -1, np.int64)
+    out[graph_start[single] + first[single]] = batch.config[single]
+    return out
+
+
+class Planned(NamedTuple):
+    """`compiled_graph.plan_batch` over a batch: per graph (covered, arena, workspace,
+    regrowth), per op whether XNNPACK takes it, and the flat arrays it read."""
+
+    res: np.ndarray
+    delegated: np.ndarray
+    ops: list
+    g_ops: np.ndarray
+    g_tens: np.ndarray
+    flags: np.ndarray
+    size: np.ndarray
+    const: np.ndarray
+
+
+def plan(graphs: Sequence[Graph], batch: Any) -> Planned:
+    """Every graph's partitions, arena and workspace in one compiled call (`batch`: anything
+    with a FeatureBatch's `tensor_keys` and `tensor_ids`)."""
+    ops = list(chain.from_iterable(map(_OPS, graphs)))
+    g_ops = _offsets(list(map(_OPS, graphs)))
+    # one visit per op object (fresh graphs' ops are scattered in memory)
+    types, op_ins, op_outs = zip(*map(_WIRING, ops)) if ops else ((), (), ())
+    flags = np.fromiter(map(type_flags, types), np.int64, len(ops))
+    in_ptr, ins = _csr(op_ins)
+    out_ptr, outs = _csr(op_outs)
+    gin_ptr, gin = _csr(list(map(_INPUTS, graphs)))
+    gout_ptr, gout = _csr(list(map(_OUTPUTS, graphs)))
+    size, const, dtype_ok, g_tens = _tensors(graphs, batch)
+    res, delegated = cg.plan_batch(g_ops, g_tens, gin_ptr, gin, gout_ptr, gout, in_ptr, ins,
+                                   out_ptr, outs, flags, *_op_attrs(ops, flags), size, const,
+                                   dtype_ok)
+    return Planned(res, delegated, ops, g_ops, g_tens, flags, size, const)
+
+
+def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]],
+                   batch: Any) -> np.ndarray:
+    """`memory_totals(graphs)` with XNNPACK, from a FeatureBatch of the graphs' `kernels`."""
+    from latpred.memory.fast import memory_total
+
+    res, delegated, _, g_ops, g_tens, flags, size, const = plan(graphs, batch)
+    covered = res[:, 0].astype(np.bool_)
+    n_tensors, n_ops = np.diff(g_tens), np.diff(g_ops)
+    graph_of = np.repeat(np.arange(len(graphs)), n_ops)
+    op_cfg = _op_configs(kernels, batch, g_ops)
+    known: dict[int, int] = {}      # packed weights + indirection per configuration
+    with_buffers = delegated & covered[graph_of] & (flags & OP_BUFFERS != 0)
+    buffers = _per_graph(_buffers(graphs, with_buffers, op_cfg, graph_of, g_ops, known),
+                         g_ops)
+    # host_cpu.estimate_model_bytes: each stored buffer 16-aligned, plus 16
+    stored = _per_graph(np.where(const, (size + 15) // 16 * 16 + 16, 0), g_tens)
+    totals = (stored + _FB_PER_TENSOR * n_tensors + _FB_PER_OP * n_ops + _FB_FIXED +
+              res[:, 1] + res[:, 2] + buffers).tolist()
+    supported: dict[int, bool] = {}
+    for g, graph in enumerate(graphs):
+        if covered[g]:
+            totals[g] += overhead(int(n_tensors[g])) + transient((int(res[g, 1]),),
+                                                                 int(res[g, 3]))
+            continue
+        t0, t1 = g_tens[g], g_tens[g + 1]
+        set_tensor_table(graph, size[t0:t1].tolist(), const[t0:t1].tolist())
+        configs = OpConfigs(op_cfg[g_ops[g]:g_ops[g + 1]].tolist(), supported, known)
+        totals[g] = memory_total(graph, "xnnpack", configs)
+    return np.array(totals, dtype=np.int64)
+
+
+def _per_graph(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """Sums of values[ptr[g]:ptr[g + 1]] (exact integers)."""
+    sums = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(values, out=sums[1:])
+    return sums[ptr[1:]] - sums[ptr[:-1]]
+
+
+def _buffers(graphs: Sequence[Graph], chosen: np.ndarray, op_cfg: np.ndarray,
+             graph_of: np.ndarray, g_ops: np.ndarray, known: dict[int, int]) -> np.ndarray:
+    """Per op: packed weights plus indirection buffer where `chosen` (0 elsewhere), computed
+    once per configuration (`xnnpack_operators.buffers_total`) and for each op of no
+    configuration."""
+    def of_op(j: int) -> int:
+        g = int(graph_of[j])
+        return xnn_ops._op_buffers(graphs[g], j - int(g_ops[g]))
+
+    at = np.flatnonzero(chosen)
+    cfgs, first, inverse = np.unique(op_cfg[at], return_index=True, return_inverse=True)
+    per_cfg = [known[c] if c in known else of_op(int(at[k]))
+               for c, k in zip(cfgs.tolist(), first.tolist())]
+    known.update((c, v) for c, v in zip(cfgs.tolist(), per_cfg) if c >= 0)
+    values = np.array(per_cfg, np.int64)[inverse]
+    for k in np.flatnonzero(op_cfg[at] < 0).tolist():
+        values[k] = of_op(int(at[k]))
+    out = np.zeros(len(chosen), np.int64)
+    out[at] = values
+    return out

@@ -102,3 +102,17 @@ def test_compiled_plan_is_the_python_plan():
         ops = planned.delegated[planned.g_ops[g]:planned.g_ops[g + 1]]
         assert set(np.flatnonzero(ops).tolist()) == layout.delegated_ops
 
+
+
+def test_signature_from_interned_tensors_is_the_operator_signature():
+    from latpred.memory import flat
+    from latpred.memory.xnnpack_operators import _signature
+
+    graphs = _graphs(8)
+    batch = _batch(graphs)
+    planned = flat.plan(graphs, batch)
+    graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
+    shapes = flat._Shapes(batch.tensor_keys, planned.key_ids, planned.g_tens, graph_of)
+    for j, op in enumerate(planned.ops):
+        if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D"):
+            assert shapes.signature(j, op) == _signature(graphs[graph_of[j]].tensors, op)

@@ -23,13 +23,15 @@ from latpred.memory import compiled_graph as cg
 from latpred.memory import xnnpack
 from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs
-from latpred.memory.host_cpu import _FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR, overhead, transient
+from latpred.memory.host_cpu import (_FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR, OVERHEAD_FIXED,
+                                     OVERHEAD_PER_TENSOR, transient)
 from latpred.memory.litert_builtin import _PREPARE_FOLDS, _REDUCE, set_tensor_table
 from latpred.memory.litert_plan import INPLACE
 
 _OPS, _INPUTS, _OUTPUTS = attrgetter("ops"), attrgetter("inputs"), attrgetter("outputs")
 _WIRING = attrgetter("type", "inputs", "outputs")
 _FLAGS: dict[str, int] = {}
+_ATTR_FACTS: dict[tuple, tuple[bool, bool, bool]] = {}
 OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (Python only)
 
 
@@ -73,19 +75,25 @@ def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
 
 def _op_attrs(ops: list, flags: np.ndarray) -> tuple[np.ndarray, ...]:
     """What the planners read of attributes, for the poolings and SOFTMAX only: whether the
-    delegate takes them, whether a pooling is a clamp, and a clamp without activation."""
+    delegate takes them, whether a pooling is a clamp, and a clamp without activation (once
+    per distinct type and attributes: a fresh op would build its attribute dict)."""
     ok, clamp, noop = (np.zeros(len(ops), np.bool_) for _ in range(3))
     for j in np.flatnonzero(flags & (cg.OP_POOL | cg.OP_SOFTMAX)).tolist():
         op = ops[j]
-        ok[j] = xnnpack.attrs_supported(op)
-        clamp[j] = xnnpack._is_clamp(op)
-        noop[j] = xnnpack.is_noop_clamp(op)
+        key = (op.type, op.attrs)
+        facts = _ATTR_FACTS.get(key)
+        if facts is None:
+            if len(_ATTR_FACTS) > 4096:      # a bound, for spaces of many pooling shapes
+                _ATTR_FACTS.clear()
+            facts = _ATTR_FACTS[key] = (xnnpack.attrs_supported(op), xnnpack._is_clamp(op),
+                                        xnnpack.is_noop_clamp(op))
+        ok[j], clamp[j], noop[j] = facts
     return ok, clamp, noop
 
 
 def _tensors(graphs: Sequence[Graph], batch: Any) -> tuple[np.ndarray, ...]:
     """Per graph tensor (all graphs in a row): bytes, stored in the model, XNNPACK data type,
-    from the batch's interned tensors; and each graph's first tensor."""
+    from the batch's interned tensors; each graph's first tensor; the interned ids."""
     keys = batch.tensor_keys            # (shape, dtype, is_constant, value, quantized)
     key_size = np.fromiter((prod(k[0]) * _ITEMSIZE[k[1]] for k in keys), np.int64, len(keys))
     key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
@@ -94,7 +102,7 @@ def _tensors(graphs: Sequence[Graph], batch: Any) -> tuple[np.ndarray, ...]:
     ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
     g_tens = ptr - np.arange(len(ptr))
     assert np.array_equal(np.diff(g_tens), [len(g.tensors) for g in graphs])
-    return key_size[ids], key_const[ids], key_dtype[ids], g_tens
+    return key_size[ids], key_const[ids], key_dtype[ids], g_tens, ids
 
 
 def _op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
@@ -120,6 +128,7 @@ class Planned(NamedTuple):
     flags: np.ndarray
     size: np.ndarray
     const: np.ndarray
+    key_ids: np.ndarray
 
 
 def plan(graphs: Sequence[Graph], batch: Any) -> Planned:
@@ -129,16 +138,18 @@ def plan(graphs: Sequence[Graph], batch: Any) -> Planned:
     g_ops = _offsets(list(map(_OPS, graphs)))
     # one visit per op object (fresh graphs' ops are scattered in memory)
     types, op_ins, op_outs = zip(*map(_WIRING, ops)) if ops else ((), (), ())
-    flags = np.fromiter(map(type_flags, types), np.int64, len(ops))
+    for op_type in set(types).difference(_FLAGS):
+        type_flags(op_type)
+    flags = np.fromiter(map(_FLAGS.__getitem__, types), np.int64, len(ops))
     in_ptr, ins = _csr(op_ins)
     out_ptr, outs = _csr(op_outs)
     gin_ptr, gin = _csr(list(map(_INPUTS, graphs)))
     gout_ptr, gout = _csr(list(map(_OUTPUTS, graphs)))
-    size, const, dtype_ok, g_tens = _tensors(graphs, batch)
+    size, const, dtype_ok, g_tens, key_ids = _tensors(graphs, batch)
     res, delegated = cg.plan_batch(g_ops, g_tens, gin_ptr, gin, gout_ptr, gout, in_ptr, ins,
                                    out_ptr, outs, flags, *_op_attrs(ops, flags), size, const,
                                    dtype_ok)
-    return Planned(res, delegated, ops, g_ops, g_tens, flags, size, const)
+    return Planned(res, delegated, ops, g_ops, g_tens, flags, size, const, key_ids)
 
 
 def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]],
@@ -146,25 +157,27 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]],
     """`memory_totals(graphs)` with XNNPACK, from a FeatureBatch of the graphs' `kernels`."""
     from latpred.memory.fast import memory_total
 
-    res, delegated, _, g_ops, g_tens, flags, size, const = plan(graphs, batch)
+    res, delegated, ops, g_ops, g_tens, flags, size, const, key_ids = plan(graphs, batch)
     covered = res[:, 0].astype(np.bool_)
     n_tensors, n_ops = np.diff(g_tens), np.diff(g_ops)
     graph_of = np.repeat(np.arange(len(graphs)), n_ops)
     op_cfg = _op_configs(kernels, batch, g_ops)
     known: dict[int, int] = {}      # packed weights + indirection per configuration
     with_buffers = delegated & covered[graph_of] & (flags & OP_BUFFERS != 0)
-    buffers = _per_graph(_buffers(graphs, with_buffers, op_cfg, graph_of, g_ops, known),
-                         g_ops)
+    shapes = _Shapes(batch.tensor_keys, key_ids, g_tens, graph_of)
+    buffers = _per_graph(_buffers(ops, with_buffers, op_cfg, shapes, known), g_ops)
     # host_cpu.estimate_model_bytes: each stored buffer 16-aligned, plus 16
     stored = _per_graph(np.where(const, (size + 15) // 16 * 16 + 16, 0), g_tens)
     totals = (stored + _FB_PER_TENSOR * n_tensors + _FB_PER_OP * n_ops + _FB_FIXED +
-              res[:, 1] + res[:, 2] + buffers).tolist()
+              res[:, 1] + res[:, 2] + buffers)
+    # host_cpu.overhead; host_cpu.transient: one chunk outgrows no arena, so only a
+    # workspace that regrew leaves something
+    totals = (totals + OVERHEAD_FIXED + OVERHEAD_PER_TENSOR * n_tensors).tolist()
+    for g in np.flatnonzero(covered & (res[:, 3] > 0)).tolist():
+        totals[g] += transient((int(res[g, 1]),), int(res[g, 3]))
     supported: dict[int, bool] = {}
-    for g, graph in enumerate(graphs):
-        if covered[g]:
-            totals[g] += overhead(int(n_tensors[g])) + transient((int(res[g, 1]),),
-                                                                 int(res[g, 3]))
-            continue
+    for g in np.flatnonzero(~covered).tolist():
+        graph = graphs[g]
         t0, t1 = g_tens[g], g_tens[g + 1]
         set_tensor_table(graph, size[t0:t1].tolist(), const[t0:t1].tolist())
         configs = OpConfigs(op_cfg[g_ops[g]:g_ops[g + 1]].tolist(), supported, known)
@@ -179,19 +192,36 @@ def _per_graph(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     return sums[ptr[1:]] - sums[ptr[:-1]]
 
 
-def _buffers(graphs: Sequence[Graph], chosen: np.ndarray, op_cfg: np.ndarray,
-             graph_of: np.ndarray, g_ops: np.ndarray, known: dict[int, int]) -> np.ndarray:
+class _Shapes(NamedTuple):
+    """Tensor shapes read from the batch's interned tensors (not the graphs' Tensor objects,
+    which a fresh batch would fetch from memory one by one)."""
+
+    keys: tuple
+    key_ids: np.ndarray
+    g_tens: np.ndarray
+    graph_of: np.ndarray
+
+    def signature(self, j: int, op: Any) -> tuple:
+        """`xnnpack_operators._signature` of op j (all graphs' ops in a row)."""
+        base = int(self.g_tens[self.graph_of[j]])
+        ins, ids, keys = op.inputs, self.key_ids, self.keys
+        return (op.type, op.attrs, keys[ids[base + ins[0]]][0] if ins[0] >= 0 else (),
+                keys[ids[base + ins[1]]][0] if len(ins) > 1 and ins[1] >= 0 else (),
+                keys[ids[base + op.outputs[0]]][0])
+
+
+def _buffers(ops: list, chosen: np.ndarray, op_cfg: np.ndarray, shapes: _Shapes,
+             known: dict[int, int]) -> np.ndarray:
     """Per op: packed weights plus indirection buffer where `chosen` (0 elsewhere), computed
     once per configuration (`xnnpack_operators.buffers_total`) and for each op of no
     configuration."""
     def of_op(j: int) -> int:
-        g = int(graph_of[j])
-        return xnn_ops._op_buffers(graphs[g], j - int(g_ops[g]))
+        return sum(xnn_ops._buffers(shapes.signature(j, ops[j])))
 
     at = np.flatnonzero(chosen)
     cfgs, first, inverse = np.unique(op_cfg[at], return_index=True, return_inverse=True)
-    per_cfg = [known[c] if c in known else of_op(int(at[k]))
-               for c, k in zip(cfgs.tolist(), first.tolist())]
+    per_cfg = [known[c] if c in known else of_op(j)
+               for c, j in zip(cfgs.tolist(), at[first].tolist())]
     known.update((c, v) for c, v in zip(cfgs.tolist(), per_cfg) if c >= 0)
     values = np.array(per_cfg, np.int64)[inverse]
     for k in np.flatnonzero(op_cfg[at] < 0).tolist():

@@ -1,6 +1,6 @@
 """One graph's XNNPACK-delegated plan, compiled: partitions, TFLite's arena, the workspace.
 
-A port of `xnnpack.delegated_input` (partitions in one pass, `_subset_numbers`), of
+A port of `xnnpack.delegated_input` (partitions in one pass, `xnnpack_partition._subset_numbers`), of
 `litert_plan.plan` for one chunk without in-place sharing or temporaries, and of
 `xnnpack.workspace_plan` without extents (`_lifetimes`, `_reused`, `_partition_plan`), with
 the rules and sources those functions cite; `compiled.py` holds the shared pieces. Graphs
@@ -21,7 +21,7 @@ OP_TFLITE_ONLY = 32        # temporaries or in-place sharing when left to TFLite
 OP_KIND_STOP = 64          # SHAPE, REDUCE_PROD: may change allocation types: not here
 OP_RESHAPE, OP_SLICE, OP_FOLD = 128, 256, 512    # may fold at Prepare (litert_builtin)
 OP_XNN_IN_PLACE, OP_PAD, OP_CONV = 1024, 2048, 4096
-STATIC_SHIFT = 16          # bits 16-19: `xnnpack._STATIC`'s input positions
+STATIC_SHIFT = 16          # bits 16-19: `xnnpack_partition._STATIC`'s input positions
 
 
 @njit(cache=True)
@@ -59,7 +59,7 @@ def _kinds_unchanged(o0, o1, flags, in_ptr, ins, const):
 
 @njit(cache=True)
 def _supported(j, flags, attr_ok, in_ptr, ins, const, dtype_ok):
-    """`xnnpack.supported` with default allocation types (mmap: stored in the model)."""
+    """`xnnpack_partition.supported` with default allocation types (mmap: stored in the model)."""
     f, a, b = flags[j], in_ptr[j], in_ptr[j + 1]
     data = 1 if f & OP_SPLIT else 0
     if b - a > data and ins[a + data] >= 0 and not dtype_ok[ins[a + data]]:
@@ -77,7 +77,7 @@ def _supported(j, flags, attr_ok, in_ptr, ins, const, dtype_ok):
 
 @njit(cache=True)
 def _subsets(o0, n_op, sup, in_ptr, ins, producer):
-    """`xnnpack._subset_numbers` (one subset: all 0); -1 in sub[0] when ops are out of order."""
+    """`xnnpack_partition._subset_numbers` (one subset: all 0); -1 in sub[0] when ops are out of order."""
     sub = np.zeros(n_op, dtype=np.int64)
     first = sup[0]
     mixed = False

@@ -21,6 +21,7 @@ import numpy as np
 from latpred.graph import _ITEMSIZE, Graph
 from latpred.memory import compiled_graph as cg
 from latpred.memory import xnnpack
+from latpred.memory import xnnpack_partition as partition
 from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs
 from latpred.memory.host_cpu import (_FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR, OVERHEAD_FIXED,
@@ -40,8 +41,8 @@ def type_flags(op_type: str) -> int:
     flags = _FLAGS.get(op_type)
     if flags is not None:
         return flags
-    static = xnnpack._STATIC.get(op_type)
-    bits = [(op_type in xnnpack._ALWAYS, cg.OP_ALWAYS), (op_type == "SPLIT", cg.OP_SPLIT),
+    static = partition._STATIC.get(op_type)
+    bits = [(op_type in partition._ALWAYS, cg.OP_ALWAYS), (op_type == "SPLIT", cg.OP_SPLIT),
             (static is not None, cg.OP_STATIC), (op_type in xnnpack._POOLS, cg.OP_POOL),
             (op_type == "SOFTMAX", cg.OP_SOFTMAX),
             (bool(INPLACE.get(op_type)) or op_type in _REDUCE or
@@ -85,7 +86,7 @@ def _op_attrs(ops: list, flags: np.ndarray) -> tuple[np.ndarray, ...]:
         if facts is None:
             if len(_ATTR_FACTS) > 4096:      # a bound, for spaces of many pooling shapes
                 _ATTR_FACTS.clear()
-            facts = _ATTR_FACTS[key] = (xnnpack.attrs_supported(op), xnnpack._is_clamp(op),
+            facts = _ATTR_FACTS[key] = (partition.attrs_supported(op), xnnpack._is_clamp(op),
                                         xnnpack.is_noop_clamp(op))
         ok[j], clamp[j], noop[j] = facts
     return ok, clamp, noop
@@ -97,7 +98,7 @@ def _tensors(graphs: Sequence[Graph], batch: Any) -> tuple[np.ndarray, ...]:
     keys = batch.tensor_keys            # (shape, dtype, is_constant, value, quantized)
     key_size = np.fromiter((prod(k[0]) * _ITEMSIZE[k[1]] for k in keys), np.int64, len(keys))
     key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
-    key_dtype = np.fromiter((k[1] in xnnpack._DATA_DTYPES for k in keys), np.bool_, len(keys))
+    key_dtype = np.fromiter((k[1] in partition._DATA_DTYPES for k in keys), np.bool_, len(keys))
     ptr, ids = _csr(batch.tensor_ids)
     ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
     g_tens = ptr - np.arange(len(ptr))

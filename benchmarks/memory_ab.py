@@ -8,8 +8,9 @@ one process, interleaved on the same fresh graphs (this VM's load moves separate
 The old `latpred/memory` is copied to a temporary package (`latpred_old_memory`, its imports
 renamed) and runs with this tree's latency model, as `memory_speed.py` builds it (GBDT on
 simulated data unless --predictor). Per repeat, fresh graphs for each of: `predict_many`
-alone, old and new `predict_many_with_memory` (their order alternating); CPU seconds
-(`time.process_time`); medians. The memory part is the call minus `predict_many` alone.
+alone, old and new `predict_many_with_memory`, old and new `memory_totals` (old and new in
+alternating order); CPU seconds (`time.process_time`); medians. The memory part is the call
+minus `predict_many` alone.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def main() -> None:
     ap.add_argument("--graphs", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    from latpred.memory import predict_many_with_memory
+    from latpred.memory import memory_totals, predict_many_with_memory
     from latpred.sampler import build_graph, sample
 
     old = old_memory(Path(args.old))
@@ -58,13 +59,17 @@ def main() -> None:
     archs = list(sample(ROOT / "search_space" / "synthetic_cnn.yaml", args.graphs, 1))
     cases = {"latency": lambda g: model.predict_many(g),
              "old": lambda g: old.predict_many_with_memory(model, g),
-             "new": lambda g: predict_many_with_memory(model, g)}
+             "new": lambda g: predict_many_with_memory(model, g),
+             "old totals": lambda g: old.memory_totals(g, args.target),
+             "new totals": lambda g: memory_totals(g, args.target)}
     warm = [build_graph(a) for a in archs[:50]]
     for fn in cases.values():
         fn(warm)
     cpu: dict[str, list[float]] = {name: [] for name in cases}
     for rep in range(args.repeats):
-        order = ["latency", "old", "new"] if rep % 2 == 0 else ["latency", "new", "old"]
+        order = ["latency", "old", "new", "old totals", "new totals"]
+        if rep % 2:
+            order = ["latency", "new", "old", "new totals", "old totals"]
         for name in order:
             graphs = [build_graph(a) for a in archs]
             gc.collect()
@@ -80,6 +85,7 @@ def main() -> None:
         print(f"{name}: {1 / med[name]:,.0f} graphs/s with memory, {1 / med['latency']:,.0f} "
               f"latency alone ({med['latency'] / med[name]:.0%}); memory part "
               f"{statistics.median(part) * 1e6:.0f} us a graph (median of repeats)")
+        print(f"{name} memory_totals alone: {med[name + ' totals'] * 1e6:.0f} us a graph")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,8 @@ def _graphs(n: int = 40) -> list:
 
 
 def _batch(graphs: list) -> SimpleNamespace:
-    """What `flat.plan` reads of a FeatureBatch: one interned id per tensor (+ one for -1)."""
+    """What `flat.batch_tensors` reads of a FeatureBatch: one interned id per tensor (+ one
+    for -1)."""
     keys, ids = [], []
     for g in graphs:
         ids.append(list(range(len(keys), len(keys) + len(g.tensors) + 1)))
@@ -88,7 +89,9 @@ def test_compiled_plan_is_the_python_plan():
     from latpred.memory.litert_plan import plan
 
     graphs = _graphs()
-    planned = flat.plan(graphs, _batch(graphs))
+    planned = flat.plan(graphs, flat.graph_tensors(graphs))
+    from_batch = flat.batch_tensors(graphs, _batch(graphs))[0]
+    assert all(np.array_equal(a, b) for a, b in zip(planned.tensors, from_batch))
     covered = planned.res[:, 0].astype(bool)
     assert covered[:40].all()                        # synthetic_cnn: every graph
     assert 0.5 < covered.mean() < 1                  # and some it leaves to Python
@@ -110,9 +113,10 @@ def test_signature_from_interned_tensors_is_the_operator_signature():
 
     graphs = _graphs(8)
     batch = _batch(graphs)
-    planned = flat.plan(graphs, batch)
+    tensors, key_ids = flat.batch_tensors(graphs, batch)
+    planned = flat.plan(graphs, tensors)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
-    shapes = flat._Shapes(batch.tensor_keys, planned.key_ids, planned.g_tens, graph_of)
+    shapes = flat._Shapes(batch.tensor_keys, key_ids, tensors.g_tens, graph_of)
     for j, op in enumerate(planned.ops):
         if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D"):
             assert shapes.signature(j, op) == _signature(graphs[graph_of[j]].tensors, op)

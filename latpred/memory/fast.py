@@ -51,6 +51,10 @@ def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
 
         return np.array([simulate(g, t.precision, t.batch)["peak"] for g in graphs],
                         dtype=np.int64)
+    if kernels == "xnnpack" and _compiled():
+        from latpred.memory.flat import graph_totals
+
+        return graph_totals(graphs)
     return np.array([memory_total(g, kernels) for g in graphs], dtype=np.int64)
 
 

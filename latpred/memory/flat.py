@@ -1,8 +1,9 @@
 """Memory-aware NAS, compiled: a whole batch's XNNPACK totals in one numba call.
 
-`predict_many_with_memory` hands over the latency batch (`fast.py`); here every graph's ops,
-wiring and tensors become flat arrays (built with C-level walks over the batch, tensor sizes
-from the batch's interned tensors), `compiled_graph.plan_batch` plans all graphs, and the
+`predict_many_with_memory` hands over the latency batch (`fast.py`: `xnnpack_totals`;
+`memory_totals` on its own: `graph_totals`); here every graph's ops, wiring and tensors become
+flat arrays (built with C-level walks over the batch, tensor sizes from the batch's interned
+tensors or the graphs' tensor tables), `compiled_graph.plan_batch` plans all graphs, and the
 totals are summed with numpy. Graphs the compiled planner does not cover (Prepare changes an
 allocation type or ends a chunk, an op left to TFLite has temporaries or runs in place, ops
 out of dependency order, more than 16 tied arena tensors) are planned in Python as before, so
@@ -14,7 +15,7 @@ from __future__ import annotations
 from itertools import chain
 from math import prod
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -26,11 +27,13 @@ from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs
 from latpred.memory.host_cpu import (_FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR, OVERHEAD_FIXED,
                                      OVERHEAD_PER_TENSOR, transient)
-from latpred.memory.litert_builtin import _PREPARE_FOLDS, _REDUCE, set_tensor_table
+from latpred.memory.litert_builtin import (_PREPARE_FOLDS, _REDUCE, set_tensor_table,
+                                          tensor_table)
 from latpred.memory.litert_plan import INPLACE
 
 _OPS, _INPUTS, _OUTPUTS = attrgetter("ops"), attrgetter("inputs"), attrgetter("outputs")
 _WIRING = attrgetter("type", "inputs", "outputs")
+_TENSORS, _DTYPE = attrgetter("tensors"), attrgetter("dtype")
 _FLAGS: dict[str, int] = {}
 _ATTR_FACTS: dict[tuple, tuple[bool, bool, bool]] = {}
 OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (Python only)
@@ -92,9 +95,18 @@ def _op_attrs(ops: list, flags: np.ndarray) -> tuple[np.ndarray, ...]:
     return ok, clamp, noop
 
 
-def _tensors(graphs: Sequence[Graph], batch: Any) -> tuple[np.ndarray, ...]:
-    """Per graph tensor (all graphs in a row): bytes, stored in the model, XNNPACK data type,
-    from the batch's interned tensors; each graph's first tensor; the interned ids."""
+class Tensors(NamedTuple):
+    """Per tensor of all graphs in a row: bytes, stored in the model, a data type XNNPACK
+    takes; each graph's first tensor (and one past the last)."""
+
+    size: np.ndarray
+    const: np.ndarray
+    dtype_ok: np.ndarray
+    g_tens: np.ndarray
+
+
+def batch_tensors(graphs: Sequence[Graph], batch: Any) -> tuple[Tensors, np.ndarray]:
+    """`Tensors` from the batch's interned tensors, and each tensor's interned id."""
     keys = batch.tensor_keys            # (shape, dtype, is_constant, value, quantized)
     key_size = np.fromiter((prod(k[0]) * _ITEMSIZE[k[1]] for k in keys), np.int64, len(keys))
     key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
@@ -103,7 +115,18 @@ def _tensors(graphs: Sequence[Graph], batch: Any) -> tuple[np.ndarray, ...]:
     ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
     g_tens = ptr - np.arange(len(ptr))
     assert np.array_equal(np.diff(g_tens), [len(g.tensors) for g in graphs])
-    return key_size[ids], key_const[ids], key_dtype[ids], g_tens, ids
+    return Tensors(key_size[ids], key_const[ids], key_dtype[ids], g_tens), ids
+
+
+def graph_tensors(graphs: Sequence[Graph]) -> Tensors:
+    """`Tensors` from the graphs' tensor tables (`litert_builtin.tensor_table`)."""
+    tables = list(map(tensor_table, graphs))
+    g_tens, size = _csr(list(map(itemgetter(0), tables)))
+    const = np.fromiter(chain.from_iterable(map(itemgetter(1), tables)), np.bool_, g_tens[-1])
+    dtypes = map(_DTYPE, chain.from_iterable(map(_TENSORS, graphs)))
+    dtype_ok = np.fromiter(map(partition._DATA_DTYPES.__contains__, dtypes), np.bool_,
+                           g_tens[-1])
+    return Tensors(size, const, dtype_ok, g_tens)
 
 
 def _op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
@@ -125,16 +148,12 @@ class Planned(NamedTuple):
     delegated: np.ndarray
     ops: list
     g_ops: np.ndarray
-    g_tens: np.ndarray
     flags: np.ndarray
-    size: np.ndarray
-    const: np.ndarray
-    key_ids: np.ndarray
+    tensors: Tensors
 
 
-def plan(graphs: Sequence[Graph], batch: Any) -> Planned:
-    """Every graph's partitions, arena and workspace in one compiled call (`batch`: anything
-    with a FeatureBatch's `tensor_keys` and `tensor_ids`)."""
+def plan(graphs: Sequence[Graph], tensors: Tensors) -> Planned:
+    """Every graph's partitions, arena and workspace in one compiled call."""
     ops = list(chain.from_iterable(map(_OPS, graphs)))
     g_ops = _offsets(list(map(_OPS, graphs)))
     # one visit per op object (fresh graphs' ops are scattered in memory)
@@ -146,43 +165,67 @@ def plan(graphs: Sequence[Graph], batch: Any) -> Planned:
     out_ptr, outs = _csr(op_outs)
     gin_ptr, gin = _csr(list(map(_INPUTS, graphs)))
     gout_ptr, gout = _csr(list(map(_OUTPUTS, graphs)))
-    size, const, dtype_ok, g_tens, key_ids = _tensors(graphs, batch)
-    res, delegated = cg.plan_batch(g_ops, g_tens, gin_ptr, gin, gout_ptr, gout, in_ptr, ins,
-                                   out_ptr, outs, flags, *_op_attrs(ops, flags), size, const,
-                                   dtype_ok)
-    return Planned(res, delegated, ops, g_ops, g_tens, flags, size, const, key_ids)
+    res, delegated = cg.plan_batch(g_ops, tensors.g_tens, gin_ptr, gin, gout_ptr, gout, in_ptr,
+                                   ins, out_ptr, outs, flags, *_op_attrs(ops, flags),
+                                   tensors.size, tensors.const, tensors.dtype_ok)
+    return Planned(res, delegated, ops, g_ops, flags, tensors)
 
 
 def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]],
                    batch: Any) -> np.ndarray:
     """`memory_totals(graphs)` with XNNPACK, from a FeatureBatch of the graphs' `kernels`."""
+    tensors, key_ids = batch_tensors(graphs, batch)
+    planned = plan(graphs, tensors)
+    graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
+    shapes = _Shapes(batch.tensor_keys, key_ids, tensors.g_tens, graph_of)
+
+    def buffers(j: int) -> int:
+        return sum(xnn_ops._buffers(shapes.signature(j, planned.ops[j])))
+
+    return _totals(graphs, planned, _op_configs(kernels, batch, planned.g_ops), buffers)
+
+
+def graph_totals(graphs: Sequence[Graph]) -> np.ndarray:
+    """`memory_totals(graphs)` with XNNPACK, without a latency batch (no configurations: the
+    operator buffers are looked up per op by signature, as `xnnpack_operators` does)."""
+    planned = plan(graphs, graph_tensors(graphs))
+    graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops)).tolist()
+    g_ops = planned.g_ops.tolist()
+
+    def buffers(j: int) -> int:
+        g = graph_of[j]
+        return xnn_ops._op_buffers(graphs[g], j - g_ops[g])
+
+    return _totals(graphs, planned, np.full(len(planned.ops), -1, np.int64), buffers)
+
+
+def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
+            op_buffers: Callable[[int], int]) -> np.ndarray:
+    """The totals of the planned graphs (`op_cfg`: each op's configuration, -1 for none;
+    `op_buffers(j)`: packed weights plus indirection of op j); uncovered graphs in Python."""
     from latpred.memory.fast import memory_total
 
-    res, delegated, ops, g_ops, g_tens, flags, size, const, key_ids = plan(graphs, batch)
+    res, delegated, _, g_ops, flags, (size, const, _, g_tens) = planned
     covered = res[:, 0].astype(np.bool_)
     n_tensors, n_ops = np.diff(g_tens), np.diff(g_ops)
-    graph_of = np.repeat(np.arange(len(graphs)), n_ops)
-    op_cfg = _op_configs(kernels, batch, g_ops)
     known: dict[int, int] = {}      # packed weights + indirection per configuration
-    with_buffers = delegated & covered[graph_of] & (flags & OP_BUFFERS != 0)
-    shapes = _Shapes(batch.tensor_keys, key_ids, g_tens, graph_of)
-    buffers = _per_graph(_buffers(ops, with_buffers, op_cfg, shapes, known), g_ops)
+    with_buffers = delegated & np.repeat(covered, n_ops) & (flags & OP_BUFFERS != 0)
+    buffers = _per_graph(_buffers(with_buffers, op_cfg, op_buffers, known), g_ops)
     # host_cpu.estimate_model_bytes: each stored buffer 16-aligned, plus 16
     stored = _per_graph(np.where(const, (size + 15) // 16 * 16 + 16, 0), g_tens)
-    totals = (stored + _FB_PER_TENSOR * n_tensors + _FB_PER_OP * n_ops + _FB_FIXED +
-              res[:, 1] + res[:, 2] + buffers)
     # host_cpu.overhead; host_cpu.transient: one chunk outgrows no arena, so only a
     # workspace that regrew leaves something
-    totals = (totals + OVERHEAD_FIXED + OVERHEAD_PER_TENSOR * n_tensors).tolist()
+    totals = (stored + _FB_PER_TENSOR * n_tensors + _FB_PER_OP * n_ops + _FB_FIXED +
+              res[:, 1] + res[:, 2] + buffers + OVERHEAD_FIXED +
+              OVERHEAD_PER_TENSOR * n_tensors).tolist()
     for g in np.flatnonzero(covered & (res[:, 3] > 0)).tolist():
         totals[g] += transient((int(res[g, 1]),), int(res[g, 3]))
     supported: dict[int, bool] = {}
     for g in np.flatnonzero(~covered).tolist():
-        graph = graphs[g]
         t0, t1 = g_tens[g], g_tens[g + 1]
-        set_tensor_table(graph, size[t0:t1].tolist(), const[t0:t1].tolist())
+        set_tensor_table(graphs[g], size[t0:t1].tolist(), const[t0:t1].tolist())
         configs = OpConfigs(op_cfg[g_ops[g]:g_ops[g + 1]].tolist(), supported, known)
-        totals[g] = memory_total(graph, "xnnpack", configs)
+        totals[g] = memory_total(graphs[g], "xnnpack", configs)
     return np.array(totals, dtype=np.int64)
 
 
@@ -211,22 +254,18 @@ class _Shapes(NamedTuple):
                 keys[ids[base + op.outputs[0]]][0])
 
 
-def _buffers(ops: list, chosen: np.ndarray, op_cfg: np.ndarray, shapes: _Shapes,
+def _buffers(chosen: np.ndarray, op_cfg: np.ndarray, op_buffers: Callable[[int], int],
              known: dict[int, int]) -> np.ndarray:
-    """Per op: packed weights plus indirection buffer where `chosen` (0 elsewhere), computed
-    once per configuration (`xnnpack_operators.buffers_total`) and for each op of no
-    configuration."""
-    def of_op(j: int) -> int:
-        return sum(xnn_ops._buffers(shapes.signature(j, ops[j])))
-
+    """Per op: `op_buffers(j)` where `chosen` (0 elsewhere), computed once per configuration
+    (`xnnpack_operators.buffers_total`) and for each op of no configuration."""
     at = np.flatnonzero(chosen)
     cfgs, first, inverse = np.unique(op_cfg[at], return_index=True, return_inverse=True)
-    per_cfg = [known[c] if c in known else of_op(j)
+    per_cfg = [known[c] if c in known else op_buffers(j)
                for c, j in zip(cfgs.tolist(), at[first].tolist())]
     known.update((c, v) for c, v in zip(cfgs.tolist(), per_cfg) if c >= 0)
     values = np.array(per_cfg, np.int64)[inverse]
     for k in np.flatnonzero(op_cfg[at] < 0).tolist():
-        values[k] = of_op(int(at[k]))
+        values[k] = op_buffers(int(at[k]))
     out = np.zeros(len(chosen), np.int64)
     out[at] = values
     return out

@@ -120,3 +120,33 @@ def test_signature_from_interned_tensors_is_the_operator_signature():
     for j, op in enumerate(planned.ops):
         if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D"):
             assert shapes.signature(j, op) == _signature(graphs[graph_of[j]].tensors, op)
+
+
+def test_wiring_recorded_during_deduction_is_the_walked_wiring(tmp_path):
+    # predict_many_batch's per-graph hook sees each graph once, in order, and changes no
+    # prediction; what it records is what walking the graphs afterwards finds
+    import sys
+
+    from latpred.memory import flat
+    from latpred.predictors import LatencyModel
+    from latpred.sampler import build_graph, sample
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from simdata import simulate
+
+    target = "host/cpu/fp32/t1"
+    model = LatencyModel.fit(simulate(tmp_path / "sim", target, n_models=12).root, target,
+                             family="gbdt", search="none")
+    archs = list(sample(ROOT / "search_space" / "synthetic_cnn.yaml", 20, 3))
+    seen, wiring = [], flat.Wiring()
+
+    def visit(graph):
+        seen.append(graph)
+        wiring.collect(graph)
+
+    preds, graphs, _, _ = model.predict_many_batch([build_graph(a) for a in archs],
+                                                   visit=visit)
+    assert list(map(id, seen)) == list(map(id, graphs))
+    assert vars(wiring) == vars(flat.Wiring().walk(graphs))
+    expected = model.predict_many([build_graph(a) for a in archs])
+    assert [p.total_ms for p in preds] == [p.total_ms for p in expected]

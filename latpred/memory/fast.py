@@ -67,11 +67,14 @@ def predict_many_with_memory(model: Any, graphs: Sequence[Graph], *, kernels: st
     if batched is None or _check_target(model.target).processor != "cpu":
         preds = model.predict_many(graphs, allow_fallback=allow_fallback)
         return preds, memory_totals(graphs, model.target, kernels)
-    preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback)
     if kernels == "xnnpack" and _compiled():
-        from latpred.memory.flat import xnnpack_totals
+        from latpred.memory.flat import Wiring, xnnpack_totals
 
-        return preds, xnnpack_totals(graphs, deduced, batch)
+        wiring = Wiring()
+        preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback,
+                                                visit=wiring.collect)
+        return preds, xnnpack_totals(graphs, deduced, batch, wiring)
+    preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback)
     configs = batch_configs(graphs, deduced, batch)
     return preds, np.array([memory_total(g, kernels, c) for g, c in zip(graphs, configs)],
                            dtype=np.int64)

@@ -64,16 +64,17 @@ def type_flags(op_type: str) -> int:
     return flags
 
 
-def _offsets(lists: list) -> np.ndarray:
-    """CSR offsets of a list of sequences: list i is entries [ptr[i], ptr[i + 1])."""
-    ptr = np.zeros(len(lists) + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, lists), np.int64, len(lists)), out=ptr[1:])
+def _ptr(lengths) -> np.ndarray:
+    """CSR offsets from lengths: item i is entries [ptr[i], ptr[i + 1])."""
+    lengths = np.fromiter(lengths, np.int64)
+    ptr = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=ptr[1:])
     return ptr
 
 
 def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
     """Offsets and concatenated values of a list of int sequences."""
-    ptr = _offsets(lists)
+    ptr = _ptr(map(len, lists))
     return ptr, np.fromiter(chain.from_iterable(lists), np.int64, int(ptr[-1]))
 
 
@@ -189,7 +190,7 @@ def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None
     """Every graph's partitions, arena and workspace in one compiled call (`wiring`: the
     graphs' ops, recorded before; else walked here)."""
     wiring = wiring or Wiring().walk(graphs)
-    g_ops = _offsets(list(map(_OPS, graphs)))
+    g_ops = _ptr(map(len, map(_OPS, graphs)))
     if len(wiring.ops) != g_ops[-1]:
         raise ValueError("the recorded wiring is not these graphs'")
     for op_type in set(wiring.types).difference(_FLAGS):
@@ -203,13 +204,6 @@ def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None
                                    ins, out_ptr, outs, flags, *_op_attrs(wiring.ops, flags),
                                    tensors.size, tensors.const, tensors.dtype_ok)
     return Planned(res, delegated, wiring.ops, g_ops, flags, tensors)
-
-
-def _ptr(lengths: list[int]) -> np.ndarray:
-    """CSR offsets from lengths."""
-    ptr = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=ptr[1:])
-    return ptr
 
 
 def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], batch: Any,

@@ -256,7 +256,7 @@ def test_partitions_in_one_pass_are_the_greedy_subsets():
     # on sampled topologies with random delegated/not-delegated ops
     import random
 
-    from latpred.memory.xnnpack import _greedy_subsets, _subset_numbers
+    from latpred.memory.xnnpack_partition import _greedy_subsets, _subset_numbers
     from latpred.sampler import build_graph, sample
 
     rng = random.Random(0)
@@ -275,7 +275,7 @@ def test_partitions_in_one_pass_are_the_greedy_subsets():
     from dataclasses import replace
 
     from latpred.memory.litert_builtin import tensor_kinds
-    from latpred.memory.xnnpack import partitions, supported
+    from latpred.memory.xnnpack_partition import partitions, supported
 
     b = GraphBuilder()
     x = b.input((1, 8, 8, 8))

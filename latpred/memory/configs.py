@@ -8,9 +8,9 @@ configurations), so here:
 
 - tensor sizes and constness are computed once per interned tensor and handed to the graphs'
   `tensor_table`;
-- what depends on an op's configuration alone, whether XNNPACK takes it (`xnnpack.supported`,
-  while every allocation type is the default one) and its packed weights and indirection
-  buffers, is computed once per configuration (`OpConfigs`).
+- what depends on an op's configuration alone, whether XNNPACK takes it
+  (`xnnpack_partition.supported`, while every allocation type is the default one) and its
+  packed weights and indirection buffers, is computed once per configuration (`OpConfigs`).
 
 The totals are `memory_totals`' (scripts/memory_fast_check.py compares them).
 """

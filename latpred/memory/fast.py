@@ -51,6 +51,10 @@ def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
 
         return np.array([simulate(g, t.precision, t.batch)["peak"] for g in graphs],
                         dtype=np.int64)
+    if kernels == "xnnpack" and _compiled():
+        from latpred.memory.flat import graph_totals
+
+        return graph_totals(graphs)
     return np.array([memory_total(g, kernels) for g in graphs], dtype=np.int64)
 
 
@@ -63,7 +67,23 @@ def predict_many_with_memory(model: Any, graphs: Sequence[Graph], *, kernels: st
     if batched is None or _check_target(model.target).processor != "cpu":
         preds = model.predict_many(graphs, allow_fallback=allow_fallback)
         return preds, memory_totals(graphs, model.target, kernels)
+    if kernels == "xnnpack" and _compiled():
+        from latpred.memory.flat import Wiring, xnnpack_totals
+
+        wiring = Wiring()
+        preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback,
+                                                visit=wiring.collect)
+        return preds, xnnpack_totals(graphs, deduced, batch, wiring)
     preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback)
     configs = batch_configs(graphs, deduced, batch)
     return preds, np.array([memory_total(g, kernels, c) for g, c in zip(graphs, configs)],
                            dtype=np.int64)
+
+
+def _compiled() -> bool:
+    """Whether numba is installed (a dependency; without it the Python planners run)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -147,16 +147,19 @@ class LatencyModel:
                                        example_inputs=example_inputs)[0]
 
     def predict_many_batch(self, graphs: Sequence[Graph | str | os.PathLike | Any], *,
-                           allow_fallback: bool = False, example_inputs: Any = None
+                           allow_fallback: bool = False, example_inputs: Any = None,
+                           visit: Callable[[Graph], Any] | None = None
                            ) -> tuple[list[Prediction], list[Graph], list[tuple], Any]:
         """`predict_many`, and what it built on the way: the graphs, their kernels and their
         `predictors.batch.FeatureBatch` (memory-aware NAS reads tensor sizes and kernel
-        configurations there, `latpred.memory.fast`)."""
+        configurations there, `latpred.memory.fast`). `visit(graph)` is called right after
+        each graph's kernels are deduced, while its ops are still in the CPU caches."""
         from latpred.deduce import deduce
 
         target = self._target()
         graphs = [_as_graph(g, example_inputs) for g in graphs]
-        kernels = [tuple(deduce(g, target)) for g in graphs]
+        kernels = [tuple(deduce(g, target)) for g in graphs] if visit is None else \
+            [_visited(tuple(deduce(g, target)), visit, g) for g in graphs]
         batch, missing = self.feature_batch(graphs, kernels, allow_fallback=allow_fallback)
         return self._predict_batch(graphs, kernels, batch, missing), graphs, kernels, batch
 
@@ -285,3 +288,9 @@ def _fit_residual(kernels, models, types, spec, overhead, counts, mode: str, see
     typed = {t: counts[t].to_numpy() for t in counts.columns}
     base = total + overhead.predict(n, total, typed)
     return fit_residual(counts, sums, base, models["latency_ms"].to_numpy(), seed)
+
+
+def _visited(kernels: tuple, visit: Callable[[Graph], Any], graph: Graph) -> tuple:
+    """`kernels`, after `visit(graph)` (`predict_many_batch`'s per-graph hook)."""
+    visit(graph)
+    return kernels

@@ -1,0 +1,230 @@
+"""Compiled planners (numba) for `predict_many_with_memory`: one call plans a whole batch.
+
+The rules are those of the Python planners, ported loop for loop over flat arrays so that the
+totals stay identical (scripts/memory_fast_check.py; tests/test_memory_compiled.py compares
+each piece with its Python original):
+
+- `arena_offset` is `arena.SimpleArena.allocate`, `gap_offset` `xnnpack._find_offset`,
+  `set_order` `stdsort.unordered_set_order`;
+- `tflite_arena` is `litert_plan.plan`'s arena size for one chunk without in-place sharing
+  or temporaries;
+- `plan_graph` (in `compiled_graph`) is `xnnpack.delegated_input` + `litert_plan.plan` +
+  `xnnpack.workspace_plan` for the graphs `flat.py` hands over: those in which Prepare changes
+  no allocation type and ends no chunk, whose ops left to TFLite have no temporaries and do
+  not run in place. Any other graph reports `False` and is planned in Python.
+
+Arrays: `t_*` per tensor, `op_*` per op; `*_ptr` are CSR offsets (entries [ptr[i], ptr[i+1])).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NEVER = 2 ** 31 - 1            # arena.NEVER
+ALIGN = 64                     # arena.TENSOR_ALIGNMENT, xnnpack.ALIGNMENT
+# libstdc++'s bucket counts (stdsort._FAST_BKT, stdsort._PRIMES)
+FAST_BKT = np.array((1, 2, 2, 3, 5, 5, 7, 7, 11, 11, 11, 11, 13, 13), dtype=np.int64)
+PRIMES = np.array((13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89,
+                   97, 103, 109, 113, 127, 137, 139, 149, 157, 167, 179, 193, 199, 211, 227,
+                   241, 257, 277, 293, 313, 337, 359, 383, 409, 439, 467, 503, 541, 577, 619,
+                   661, 709, 761, 823, 887, 953, 1031, 1109, 1193, 1289, 1381, 1493, 1613,
+                   1741, 1879, 2029, 2179, 2357, 2549, 2753, 2971, 3209, 3469, 3739, 4027,
+                   4349, 4703, 5087, 5503, 5953, 6427, 6949, 7517, 8123, 8783, 9497, 10273,
+                   11113, 12011, 12983, 14033, 15173, 16411, 17749, 19183, 20753),
+                  dtype=np.int64)
+
+
+@njit(cache=True)
+def arena_offset(live_off, live_size, live_first, live_last, n_live, size, first, last):
+    """`SimpleArena.allocate`'s offset for a tensor of `size` bytes live over [first, last]
+    among the `n_live` allocations (sorted by offset); inserts it there (after equal offsets,
+    `std::upper_bound`). Returns (offset, n_live + 1)."""
+    best, best_fit, current, have_fit = -1, 0, 0, False
+    for k in range(n_live):
+        if live_last[k] < first or live_first[k] > last:
+            continue
+        offset = live_off[k]
+        aligned = -(-current // ALIGN) * ALIGN
+        if aligned + size <= offset and (not have_fit or offset - aligned < best_fit):
+            best, best_fit, have_fit = aligned, offset - current, True
+        if offset + live_size[k] > current:
+            current = offset + live_size[k]
+        if have_fit and best_fit == 0:
+            break
+    if best < 0:
+        best = -(-current // ALIGN) * ALIGN
+    at = n_live
+    while at > 0 and live_off[at - 1] > best:
+        at -= 1
+    for k in range(n_live, at, -1):
+        live_off[k], live_size[k] = live_off[k - 1], live_size[k - 1]
+        live_first[k], live_last[k] = live_first[k - 1], live_last[k - 1]
+    live_off[at], live_size[at], live_first[at], live_last[at] = best, size, first, last
+    return best, n_live + 1
+
+
+@njit(cache=True)
+def gap_offset(starts, ends, n, need):
+    """`xnnpack._find_offset` over the first `n` blocks, sorted by (start, end)."""
+    start, end = starts[0], ends[0]
+    have, best_gap, offset = start >= need, start, 0
+    for k in range(1, n):
+        s, e = starts[k], ends[k]
+        if s > end:
+            gap = s - end
+            if gap >= need and (not have or gap < best_gap):
+                have, best_gap, offset = True, gap, end
+            end = e
+        elif e > end:
+            end = e
+    return offset if have else end
+
+
+@njit(cache=True)
+def _next_bkt(n):
+    if n < 14:
+        return FAST_BKT[n]
+    for p in PRIMES:
+        if p >= n:
+            return p
+    return n
+
+
+@njit(cache=True)
+def _insert(order, n, v, buckets):
+    """stdsort._insert on order[:n]: before the first node of v's bucket, else at the front."""
+    at = 0
+    for k in range(n):
+        if order[k] % buckets == v % buckets:
+            at = k
+            break
+    for k in range(n, at, -1):
+        order[k] = order[k - 1]
+    order[at] = v
+
+
+@njit(cache=True)
+def set_order(values, n, out):
+    """`unordered_set_order(values[:n])` into `out`; returns its length."""
+    count, buckets, next_resize = 0, 1, 0
+    tmp = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        v = values[i]
+        seen = False
+        for k in range(count):
+            if out[k] == v:
+                seen = True
+        if seen:
+            continue
+        if count + 1 > next_resize:
+            min_bkts = max(count + 1, 0 if next_resize else 11)
+            if min_bkts >= buckets:
+                buckets = _next_bkt(max(min_bkts + 1, buckets * 2))
+                next_resize = buckets
+                tmp[:count] = out[:count]
+                for k in range(count):
+                    _insert(out, k, tmp[k], buckets)
+            else:
+                next_resize = buckets
+        _insert(out, count, v, buckets)
+        count += 1
+    return count
+
+
+@njit(cache=True)
+def _before(a, b, size, first, last, with_index):
+    """`CreateTensorAllocationVector`'s order (`litert_plan._order`): whole-run tensors first
+    by index, then larger first, then earlier allocation node (then index, `with_index`)."""
+    wa = first[a] == 0 and last[a] == NEVER
+    wb = first[b] == 0 and last[b] == NEVER
+    if wa or wb:
+        return wa and (not wb or a < b)
+    if size[a] != size[b]:
+        return size[a] > size[b]
+    if first[a] != first[b]:
+        return first[a] < first[b]
+    return with_index and a < b
+
+
+@njit(cache=True)
+def _sort(items, n, size, first, last, with_index):
+    """Stable insertion sort of items[:n] by `_before` (at most a few dozen tensors)."""
+    for i in range(1, n):
+        v = items[i]
+        k = i - 1
+        while k >= 0 and _before(v, items[k], size, first, last, with_index):
+            items[k + 1] = items[k]
+            k -= 1
+        items[k + 1] = v
+
+
+@njit(cache=True)
+def tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const):
+    """`litert_plan.plan`'s arena size for one chunk, no sharing, no temporaries (-1: a case
+    this port leaves to Python: a tensor allocated twice, or more than 16 tied tensors)."""
+    n_node, n_t = len(nin_ptr) - 1, len(size)
+    base = np.zeros(n_t, np.int64)
+    for t in g_out:
+        base[t] += 1
+    for t in g_in:
+        base[t] += 1
+    first = np.full(n_t, -1, np.int64)
+    for i in range(n_node - 1, -1, -1):
+        for q in range(nout_ptr[i], nout_ptr[i + 1]):
+            first[nout[q]] = i
+    for t in g_in:
+        first[t] = 0
+    last_read = np.full(n_t, -1, np.int64)
+    for i in range(n_node):
+        for q in range(nin_ptr[i], nin_ptr[i + 1]):
+            if nin[q] >= 0:
+                last_read[nin[q]] = i
+    last = np.full(n_t, NEVER, np.int64)
+    for t in range(n_t):
+        if first[t] >= 0 and last_read[t] >= first[t] and base[t] == 0:
+            last[t] = last_read[t]
+    # node_tensors: node 0 holds the graph inputs, then each node its outputs
+    seq = np.empty(len(g_in) + nout_ptr[n_node], np.int64)
+    seq[:len(g_in)] = g_in
+    seq[len(g_in):] = nout[:nout_ptr[n_node]]
+    todo = np.empty(len(seq), np.int64)
+    wanted = np.zeros(n_t, np.bool_)
+    m = 0
+    for t in seq:
+        if not const[t] and size[t] > 0:
+            if wanted[t]:
+                return -1
+            wanted[t] = True
+            todo[m] = t
+            m += 1
+    tied = False
+    for a in range(m):
+        for b in range(a):
+            x, y = todo[a], todo[b]
+            if not (first[x] == 0 and last[x] == NEVER) and \
+                    not (first[y] == 0 and last[y] == NEVER) and \
+                    size[x] == size[y] and first[x] == first[y]:
+                tied = True
+    if tied:        # each node's unordered_set order, concatenated, then std::sort (<= 16)
+        if m > 16:
+            return -1
+        m = 0
+        done = np.empty(len(seq), np.int64)
+        for i in range(n_node):
+            lo = nout_ptr[i] + (len(g_in) if i else 0)
+            hi = nout_ptr[i + 1] + len(g_in)
+            n = set_order(seq[lo:hi], hi - lo, done)
+            for k in range(n):
+                if wanted[done[k]]:
+                    todo[m] = done[k]
+                    m += 1
+    _sort(todo, m, size, first, last, not tied)
+    off, sz = np.empty(m, np.int64), np.empty(m, np.int64)
+    lf, ll = np.empty(m, np.int64), np.empty(m, np.int64)
+    hwm, n_live = 0, 0
+    for k in range(m):
+        t = todo[k]
+        at, n_live = arena_offset(off, sz, lf, ll, n_live, size[t], first[t], last[t])
+        hwm = max(hwm, at + size[t])
+    return hwm

@@ -1,0 +1,374 @@
+"""One graph's XNNPACK-delegated plan, compiled: partitions, TFLite's arena, the workspace.
+
+A port of `xnnpack.delegated_input` (partitions in one pass, `xnnpack_partition._subset_numbers`), of
+`litert_plan.plan` for one chunk without in-place sharing or temporaries, and of
+`xnnpack.workspace_plan` without extents (`_lifetimes`, `_reused`, `_partition_plan`), with
+the rules and sources those functions cite; `compiled.py` holds the shared pieces. Graphs
+outside that scope report `False` (see `OP_*` and `flat.op_flags`) and `flat.py` plans them in
+Python. Tensor indices are the graph's own; `-1` is an absent optional input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from latpred.memory.compiled import ALIGN, gap_offset, tflite_arena
+
+# Per op type (`flat.op_flags` sets them from the Python planners' own type sets).
+OP_ALWAYS, OP_SPLIT, OP_STATIC, OP_POOL, OP_SOFTMAX = 1, 2, 4, 8, 16
+OP_TFLITE_ONLY = 32        # temporaries or in-place sharing when left to TFLite: not here
+OP_KIND_STOP = 64          # SHAPE, REDUCE_PROD: may change allocation types: not here
+OP_RESHAPE, OP_SLICE, OP_FOLD = 128, 256, 512    # may fold at Prepare (litert_builtin)
+OP_XNN_IN_PLACE, OP_PAD, OP_CONV = 1024, 2048, 4096
+STATIC_SHIFT = 16          # bits 16-19: `xnnpack_partition._STATIC`'s input positions
+
+
+@njit(cache=True)
+def _known(t, const):
+    return t < 0 or const[t] != 0
+
+
+@njit(cache=True)
+def _kinds_unchanged(o0, o1, flags, in_ptr, ins, const):
+    """`tensor_kinds` would change no type and end no chunk (checked on default types: the
+    first change would stop the graph here)."""
+    for j in range(o0, o1):
+        f, a, b = flags[j], in_ptr[j], in_ptr[j + 1]
+        if f & OP_KIND_STOP:
+            return False
+        if f & OP_RESHAPE:
+            if b - a >= 2 and not _known(ins[a + 1], const):
+                return False
+            if _known(ins[a], const):
+                return False
+        if f & (OP_SLICE | OP_FOLD):
+            known, present = True, False
+            for k in range(a, b):
+                known = known and _known(ins[k], const)
+                present = present or ins[k] >= 0
+            bounds = True
+            for k in range(a + 1, min(a + 4, b)):
+                bounds = bounds and _known(ins[k], const)
+            if f & OP_SLICE and (not bounds or known):
+                return False
+            if f & OP_FOLD and known and present:
+                return False
+    return True
+
+
+@njit(cache=True)
+def _supported(j, flags, attr_ok, in_ptr, ins, const, dtype_ok):
+    """`xnnpack_partition.supported` with default allocation types (mmap: stored in the model)."""
+    f, a, b = flags[j], in_ptr[j], in_ptr[j + 1]
+    data = 1 if f & OP_SPLIT else 0
+    if b - a > data and ins[a + data] >= 0 and not dtype_ok[ins[a + data]]:
+        return False
+    if f & OP_STATIC:
+        for k in range(4):
+            if (f >> (STATIC_SHIFT + k)) & 1 and k < b - a and ins[a + k] >= 0 \
+                    and not const[ins[a + k]]:
+                return False
+        return True
+    if f & OP_ALWAYS:
+        return not f & OP_SPLIT or const[ins[a]] != 0
+    return (f & (OP_POOL | OP_SOFTMAX)) != 0 and attr_ok[j] != 0
+
+
+@njit(cache=True)
+def _subsets(o0, n_op, sup, in_ptr, ins, producer):
+    """`xnnpack_partition._subset_numbers` (one subset: all 0); -1 in sub[0] when ops are out of order."""
+    sub = np.zeros(n_op, dtype=np.int64)
+    first = sup[0]
+    mixed = False
+    for j in range(n_op):
+        mixed = mixed or sup[j] != first
+    if not mixed:
+        return sub, 1, False
+    for j in range(n_op):
+        k = 0 if sup[j] == first else 1
+        for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
+            t = ins[q]
+            i = producer[t] if t >= 0 else -1
+            if i < 0:
+                continue
+            if i >= j:
+                sub[0] = -1
+                return sub, 0, True
+            need = sub[i] if sup[i] == sup[j] else sub[i] + 1
+            k = max(k, need)
+        sub[j] = k
+    return sub, sub.max() + 1, True
+
+
+@njit(cache=True)
+def _nodes(o0, n_op, sub, n_sub, sup, leave, in_ptr, ins, out_ptr, outs, flags, n_t):
+    """The execution plan `delegated_input` builds: per node its inputs and outputs (CSR), and
+    per delegated partition its ops and internal tensors. False: an op left to TFLite that
+    this port does not cover, or an empty subset."""
+    cap_in = in_ptr[o0 + n_op] - in_ptr[o0]
+    cap_out = out_ptr[o0 + n_op] - out_ptr[o0]
+    nin_ptr, nin = np.zeros(n_op + 1, np.int64), np.empty(cap_in, np.int64)
+    nout_ptr, nout = np.zeros(n_op + 1, np.int64), np.empty(cap_out, np.int64)
+    part_ptr, part_ops = np.zeros(n_op + 1, np.int64), np.empty(n_op, np.int64)
+    inner_ptr, inner = np.zeros(n_op + 1, np.int64), np.empty(cap_out, np.int64)
+    # ops by subset, ascending within each (a stable counting sort)
+    start = np.zeros(n_sub + 1, np.int64)
+    for j in range(n_op):
+        start[sub[j] + 1] += 1
+    for k in range(n_sub):
+        if start[k + 1] == 0:
+            return False, nin_ptr, nin, nout_ptr, nout, 0, part_ptr, part_ops, inner_ptr, inner
+        start[k + 1] += start[k]
+    order, fill = np.empty(n_op, np.int64), start[:-1].copy()
+    for j in range(n_op):
+        order[fill[sub[j]]] = j
+        fill[sub[j]] += 1
+    made = np.full(n_t, -1, np.int64)          # the subset that produced a tensor
+    read = np.full(n_t, -1, np.int64)
+    n_node, n_part, ni, no, npo, nnr = 0, 0, 0, 0, 0, 0
+    for k in range(n_sub):
+        ops = order[start[k]:start[k + 1]]
+        if not sup[ops[0]]:
+            for j in ops:
+                if flags[o0 + j] & OP_TFLITE_ONLY:
+                    return (False, nin_ptr, nin, nout_ptr, nout, 0, part_ptr, part_ops,
+                            inner_ptr, inner)
+                for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
+                    nin[ni] = ins[q]
+                    ni += 1
+                for q in range(out_ptr[o0 + j], out_ptr[o0 + j + 1]):
+                    nout[no] = outs[q]
+                    no += 1
+                n_node += 1
+                nin_ptr[n_node], nout_ptr[n_node] = ni, no
+            continue
+        for j in ops:
+            part_ops[npo] = j
+            npo += 1
+            for q in range(out_ptr[o0 + j], out_ptr[o0 + j + 1]):
+                made[outs[q]] = k
+        s0 = ni
+        for j in ops:          # read and not produced here, once each, sorted; no -1
+            for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
+                t = ins[q]
+                if t >= 0 and made[t] != k and read[t] != k:
+                    read[t] = k
+                    nin[ni] = t
+                    ni += 1
+        nin[s0:ni] = np.sort(nin[s0:ni])
+        s0 = no
+        for j in ops:          # produced here: leaving (sorted) or internal (in order)
+            for q in range(out_ptr[o0 + j], out_ptr[o0 + j + 1]):
+                t = outs[q]
+                if leave[t]:
+                    nout[no] = t
+                    no += 1
+                else:
+                    inner[nnr] = t
+                    nnr += 1
+        nout[s0:no] = np.sort(nout[s0:no])
+        n_node += 1
+        n_part += 1
+        nin_ptr[n_node], nout_ptr[n_node] = ni, no
+        part_ptr[n_part], inner_ptr[n_part] = npo, nnr
+    return True, nin_ptr[:n_node + 1], nin, nout_ptr[:n_node + 1], nout, n_part, part_ptr, \
+        part_ops, inner_ptr, inner
+
+
+@njit(cache=True)
+def _mapped(t, fused, fst, p):
+    """`fused.get(t, t)` for partition p: an elided node's output stands for its source."""
+    return fused[t] if t >= 0 and fst[t] == p else t
+
+
+@njit(cache=True)
+def _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, readers, first,
+               last, cons, fused, fst, seen):
+    """`xnnpack._lifetimes` for partition p (its internal tensors have pin == p); returns the
+    ops that may run in place. `readers[t]`: how many ops read t (-1 - the op, when one)."""
+    cand, n_cand, stamp = np.empty(len(ops), np.int64), 0, seen.max()
+    for n in range(len(ops)):
+        j = o0 + ops[n]
+        f, a, b = flags[j], in_ptr[j], in_ptr[j + 1]
+        stamp += 1
+        if f & (OP_POOL | OP_PAD | OP_XNN_IN_PLACE) and out_ptr[j + 1] > out_ptr[j] and \
+                pin[outs[out_ptr[j]]] == p:
+            r = readers[outs[out_ptr[j]]]
+            if (f & OP_PAD and r < 0 and flags[o0 - 1 - r] & OP_CONV) or \
+                    (not f & OP_PAD and noact[j]):
+                # elided: its readers read its input, which it keeps alive (no consumer)
+                out = outs[out_ptr[j]]
+                fused[out], fst[out] = _mapped(ins[a], fused, fst, p), p
+                for q in range(a, b):
+                    t = _mapped(ins[q], fused, fst, p)
+                    if t >= 0 and pin[t] == p and seen[t] != stamp:
+                        seen[t], last[t] = stamp, n
+                continue
+            if f & (OP_XNN_IN_PLACE | OP_POOL):
+                cand[n_cand] = j
+                n_cand += 1
+        for q in range(out_ptr[j], out_ptr[j + 1]):
+            if pin[outs[q]] == p:
+                first[outs[q]] = last[outs[q]] = n
+        for q in range(a, b):        # a value read twice by one node is one consumer
+            t = _mapped(ins[q], fused, fst, p)
+            if t >= 0 and pin[t] == p and seen[t] != stamp:
+                seen[t], last[t] = stamp, n
+                cons[t] += 1
+    return cand[:n_cand]
+
+
+@njit(cache=True)
+def _reused(cand, p, pin, in_ptr, ins, out_ptr, outs, flags, clamp, size, last, cons, fused,
+            fst, reuse, rst):
+    """`xnnpack._reused`: in-place outputs take a one-consumer input of equal size
+    (reuse[t], valid where rst[t] == p), extending that value's lifetime."""
+    for j in cand:
+        out = outs[out_ptr[j]]
+        if pin[out] != p or fst[out] == p or cons[out] != 1 or \
+                not (flags[j] & OP_XNN_IN_PLACE or clamp[j]):
+            continue
+        for q in range(in_ptr[j], in_ptr[j + 1]):
+            t = _mapped(ins[q], fused, fst, p)
+            if t >= 0 and pin[t] == p and fst[t] != p and cons[t] == 1 and \
+                    size[t] == size[out]:
+                root = t
+                while rst[root] == p:
+                    root = reuse[root]
+                reuse[out], rst[out] = root, p
+                last[root] = max(last[root], last[out])
+                break
+
+
+@njit(cache=True)
+def _place(values, n_val, need, first, last):
+    """`xnnpack._partition_plan`'s placement: values (largest first) at the smallest gap
+    among the blocks of those placed whose lifetimes meet theirs; the plan's size."""
+    off, end = np.empty(n_val, np.int64), np.empty(n_val, np.int64)
+    bs, be = np.empty(n_val, np.int64), np.empty(n_val, np.int64)
+    total = 0
+    for v in range(n_val):
+        t = values[v]
+        nb = 0
+        for k in range(v):
+            u = values[k]
+            if last[u] >= first[t] and first[u] <= last[t]:
+                s, e = off[k], end[k]
+                i = nb          # insertion by (start, end)
+                while i > 0 and (bs[i - 1] > s or (bs[i - 1] == s and be[i - 1] > e)):
+                    bs[i], be[i] = bs[i - 1], be[i - 1]
+                    i -= 1
+                bs[i], be[i] = s, e
+                nb += 1
+        off[v] = gap_offset(bs, be, nb, need[t]) if nb else 0
+        end[v] = off[v] + need[t]
+        total = max(total, end[v])
+    return total
+
+
+@njit(cache=True)
+def _workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr, ins, out_ptr, outs,
+               flags, clamp, noact, size, readers):
+    """`xnnpack.workspace_plan(..., with_extent=False)`: (workspace bytes, regrowth)."""
+    n_t = len(size)
+    need = (size + ALIGN - 1) // ALIGN * ALIGN          # xnnpack.rounded
+    pin, fst, rst = np.full(n_t, -1), np.full(n_t, -1), np.full(n_t, -1)
+    fused, reuse, seen = np.full(n_t, -1), np.full(n_t, -1), np.zeros(n_t, np.int64)
+    first, last, cons = np.zeros(n_t, np.int64), np.zeros(n_t, np.int64), np.zeros(n_t, np.int64)
+    best, regrowth = 0, 0
+    for p in range(n_part):
+        inside = inner[inner_ptr[p]:inner_ptr[p + 1]]
+        if best and need[inside].sum() <= best:
+            continue        # cannot outgrow the workspace (see xnnpack.workspace_plan)
+        pin[inside] = p
+        cons[inside] = 0
+        ops = part_ops[part_ptr[p]:part_ptr[p + 1]]
+        cand = _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, readers,
+                          first, last, cons, fused, fst, seen)
+        _reused(cand, p, pin, in_ptr, ins, out_ptr, outs, flags, clamp, size, last, cons,
+                fused, fst, reuse, rst)
+        values, n_val = np.empty(len(inside), np.int64), 0
+        for t in inside:        # by rounded size, largest first; ties by tensor index
+            if fst[t] != p and size[t] > 0 and rst[t] != p:
+                k = n_val
+                while k > 0 and (need[values[k - 1]] < need[t] or
+                                 (need[values[k - 1]] == need[t] and values[k - 1] > t)):
+                    values[k] = values[k - 1]
+                    k -= 1
+                values[k] = t
+                n_val += 1
+        size_p = _place(values, n_val, need, first, last)
+        if size_p > best:
+            regrowth += best + 32 if best else 0        # 2 * XNN_EXTRA_BYTES
+            best = size_p
+    return (best + 32 if best else 0), regrowth
+
+
+@njit(cache=True)
+def _readers(o0, n_op, n_t, in_ptr, ins):
+    """Per tensor: 0 without readers, -1 - the op when one op reads it, 2 for more."""
+    readers, by = np.zeros(n_t, np.int64), np.full(n_t, -1)
+    for j in range(n_op):
+        for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
+            t = ins[q]
+            if t >= 0 and by[t] != j:
+                by[t] = j
+                readers[t] = -1 - j if readers[t] == 0 else 2
+    return readers
+
+
+@njit(cache=True)
+def plan_graph(o0, o1, size, const, dtype_ok, g_in, g_out, in_ptr, ins, out_ptr, outs, flags,
+               attr_ok, clamp, noact, delegated):
+    """(covered, arena bytes, workspace bytes, workspace regrowth) of the graph whose ops are
+    o0..o1-1; sets delegated[op]."""
+    n_op, n_t = o1 - o0, len(size)
+    if n_op == 0 or not _kinds_unchanged(o0, o1, flags, in_ptr, ins, const):
+        return False, 0, 0, 0
+    for q in range(out_ptr[o0], out_ptr[o1]):
+        if outs[q] < 0:
+            return False, 0, 0, 0
+    sup = np.empty(n_op, np.bool_)
+    producer = np.full(n_t, -1)
+    for j in range(n_op):
+        sup[j] = _supported(o0 + j, flags, attr_ok, in_ptr, ins, const, dtype_ok)
+        for q in range(out_ptr[o0 + j], out_ptr[o0 + j + 1]):
+            producer[outs[q]] = j       # the last writer, as Graph.producers
+    sub, n_sub, mixed = _subsets(o0, n_op, sup, in_ptr, ins, producer)
+    if sub[0] < 0:
+        return False, 0, 0, 0
+    leave = np.zeros(n_t, np.bool_)
+    leave[g_out] = True
+    for j in range(n_op if mixed else 0):      # read by another subset than its producer's
+        for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
+            t = ins[q]
+            if t >= 0 and producer[t] >= 0 and sub[producer[t]] != sub[j]:
+                leave[t] = True
+    ok, nin_ptr, nin, nout_ptr, nout, n_part, part_ptr, part_ops, inner_ptr, inner = \
+        _nodes(o0, n_op, sub, n_sub, sup, leave, in_ptr, ins, out_ptr, outs, flags, n_t)
+    arena = tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const) if ok else -1
+    if arena < 0:
+        return False, 0, 0, 0
+    workspace, regrowth = _workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr,
+                                     ins, out_ptr, outs, flags, clamp, noact, size,
+                                     _readers(o0, n_op, n_t, in_ptr, ins))
+    delegated[o0:o1] = sup
+    return True, arena, workspace, regrowth
+
+
+@njit(cache=True)
+def plan_batch(g_ops, g_tens, g_in_ptr, g_in, g_out_ptr, g_out, in_ptr, ins, out_ptr, outs,
+               flags, attr_ok, clamp, noact, t_size, t_const, t_dtype_ok):
+    """`plan_graph` for each graph (tensors g_tens[g]..g_tens[g+1]-1, inputs and outputs as
+    CSR): per graph (covered, arena, workspace, regrowth), per op whether it is delegated."""
+    n_g = len(g_ops) - 1
+    res = np.zeros((n_g, 4), np.int64)
+    delegated = np.zeros(len(flags), np.bool_)
+    for g in range(n_g):
+        t0, t1 = g_tens[g], g_tens[g + 1]
+        res[g, 0], res[g, 1], res[g, 2], res[g, 3] = plan_graph(
+            g_ops[g], g_ops[g + 1], t_size[t0:t1], t_const[t0:t1], t_dtype_ok[t0:t1],
+            g_in[g_in_ptr[g]:g_in_ptr[g + 1]], g_out[g_out_ptr[g]:g_out_ptr[g + 1]], in_ptr,
+            ins, out_ptr, outs, flags, attr_ok, clamp, noact, delegated)
+    return res, delegated

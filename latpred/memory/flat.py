@@ -1,0 +1,307 @@
+"""Memory-aware NAS, compiled: a whole batch's XNNPACK totals in one numba call.
+
+`predict_many_with_memory` hands over the latency batch (`fast.py`: `xnnpack_totals`;
+`memory_totals` on its own: `graph_totals`); here every graph's ops, wiring and tensors become
+flat arrays (built with C-level walks over the batch, tensor sizes from the batch's interned
+tensors or the graphs' tensor tables), `compiled_graph.plan_batch` plans all graphs, and the
+totals are summed with numpy. Graphs the compiled planner does not cover (Prepare changes an
+allocation type or ends a chunk, an op left to TFLite has temporaries or runs in place, ops
+out of dependency order, more than 16 tied arena tensors) are planned in Python as before, so
+every total equals `memory_totals`' (scripts/memory_fast_check.py).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from math import prod
+from operator import attrgetter, itemgetter
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from latpred.graph import _ITEMSIZE, Graph
+from latpred.memory import compiled_graph as cg
+from latpred.memory import xnnpack
+from latpred.memory import xnnpack_partition as partition
+from latpred.memory import xnnpack_operators as xnn_ops
+from latpred.memory.configs import OpConfigs
+from latpred.memory.host_cpu import (_FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR, OVERHEAD_FIXED,
+                                     OVERHEAD_PER_TENSOR, transient)
+from latpred.memory.litert_builtin import (_PREPARE_FOLDS, _REDUCE, set_tensor_table,
+                                          tensor_table)
+from latpred.memory.litert_plan import INPLACE
+
+_OPS, _INPUTS, _OUTPUTS = attrgetter("ops"), attrgetter("inputs"), attrgetter("outputs")
+_WIRING = attrgetter("type", "inputs", "outputs")
+_TENSORS, _DTYPE = attrgetter("tensors"), attrgetter("dtype")
+_FLAGS: dict[str, int] = {}
+_ATTR_FACTS: dict[tuple, tuple[bool, bool, bool]] = {}
+OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (Python only)
+
+
+def type_flags(op_type: str) -> int:
+    """`compiled_graph.OP_*` bits of an op type, read from the Python planners' own sets."""
+    flags = _FLAGS.get(op_type)
+    if flags is not None:
+        return flags
+    static = partition._STATIC.get(op_type)
+    bits = [(op_type in partition._ALWAYS, cg.OP_ALWAYS), (op_type == "SPLIT", cg.OP_SPLIT),
+            (static is not None, cg.OP_STATIC), (op_type in xnnpack._POOLS, cg.OP_POOL),
+            (op_type == "SOFTMAX", cg.OP_SOFTMAX),
+            (bool(INPLACE.get(op_type)) or op_type in _REDUCE or
+             op_type in ("CONV_2D", "FULLY_CONNECTED"), cg.OP_TFLITE_ONLY),
+            (op_type in ("SHAPE", "REDUCE_PROD"), cg.OP_KIND_STOP),
+            (op_type == "RESHAPE", cg.OP_RESHAPE), (op_type == "STRIDED_SLICE", cg.OP_SLICE),
+            (op_type in _PREPARE_FOLDS - {"RESHAPE", "STRIDED_SLICE"}, cg.OP_FOLD),
+            (op_type in xnnpack._IN_PLACE, cg.OP_XNN_IN_PLACE),
+            (op_type in xnnpack._ELIDABLE - xnnpack._POOLS, cg.OP_PAD),
+            (op_type in ("CONV_2D", "DEPTHWISE_CONV_2D"), cg.OP_CONV),
+            (op_type in xnn_ops._WITH_BUFFERS, OP_BUFFERS)]
+    flags = sum(bit for on, bit in bits if on)
+    for k in static or ():
+        flags |= 1 << (cg.STATIC_SHIFT + k)
+    _FLAGS[op_type] = flags
+    return flags
+
+
+def _ptr(lengths) -> np.ndarray:
+    """CSR offsets from lengths: item i is entries [ptr[i], ptr[i + 1])."""
+    lengths = np.fromiter(lengths, np.int64)
+    ptr = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    return ptr
+
+
+def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and concatenated values of a list of int sequences."""
+    ptr = _ptr(map(len, lists))
+    return ptr, np.fromiter(chain.from_iterable(lists), np.int64, int(ptr[-1]))
+
+
+def _op_attrs(ops: list, flags: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What the planners read of attributes, for the poolings and SOFTMAX only: whether the
+    delegate takes them, whether a pooling is a clamp, and a clamp without activation (once
+    per distinct type and attributes: a fresh op would build its attribute dict)."""
+    ok, clamp, noop = (np.zeros(len(ops), np.bool_) for _ in range(3))
+    for j in np.flatnonzero(flags & (cg.OP_POOL | cg.OP_SOFTMAX)).tolist():
+        op = ops[j]
+        key = (op.type, op.attrs)
+        facts = _ATTR_FACTS.get(key)
+        if facts is None:
+            if len(_ATTR_FACTS) > 4096:      # a bound, for spaces of many pooling shapes
+                _ATTR_FACTS.clear()
+            facts = _ATTR_FACTS[key] = (partition.attrs_supported(op), xnnpack._is_clamp(op),
+                                        xnnpack.is_noop_clamp(op))
+        ok[j], clamp[j], noop[j] = facts
+    return ok, clamp, noop
+
+
+class Tensors(NamedTuple):
+    """Per tensor of all graphs in a row: bytes, stored in the model, a data type XNNPACK
+    takes; each graph's first tensor (and one past the last)."""
+
+    size: np.ndarray
+    const: np.ndarray
+    dtype_ok: np.ndarray
+    g_tens: np.ndarray
+
+
+def batch_tensors(graphs: Sequence[Graph], batch: Any) -> tuple[Tensors, np.ndarray]:
+    """`Tensors` from the batch's interned tensors, and each tensor's interned id."""
+    keys = batch.tensor_keys            # (shape, dtype, is_constant, value, quantized)
+    key_size = np.fromiter((prod(k[0]) * _ITEMSIZE[k[1]] for k in keys), np.int64, len(keys))
+    key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
+    key_dtype = np.fromiter((k[1] in partition._DATA_DTYPES for k in keys), np.bool_, len(keys))
+    ptr, ids = _csr(batch.tensor_ids)
+    ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
+    g_tens = ptr - np.arange(len(ptr))
+    assert np.array_equal(np.diff(g_tens), [len(g.tensors) for g in graphs])
+    return Tensors(key_size[ids], key_const[ids], key_dtype[ids], g_tens), ids
+
+
+def graph_tensors(graphs: Sequence[Graph]) -> Tensors:
+    """`Tensors` from the graphs' tensor tables (`litert_builtin.tensor_table`)."""
+    tables = list(map(tensor_table, graphs))
+    g_tens, size = _csr(list(map(itemgetter(0), tables)))
+    const = np.fromiter(chain.from_iterable(map(itemgetter(1), tables)), np.bool_, g_tens[-1])
+    dtypes = map(_DTYPE, chain.from_iterable(map(_TENSORS, graphs)))
+    dtype_ok = np.fromiter(map(partition._DATA_DTYPES.__contains__, dtypes), np.bool_,
+                           g_tens[-1])
+    return Tensors(size, const, dtype_ok, g_tens)
+
+
+def _op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
+    """Each op's kernel configuration (-1: an op of a several-op kernel), as `batch_configs`."""
+    k_ops = list(chain.from_iterable(map(lambda ks: map(_OPS, ks), kernels)))
+    single = np.fromiter(map(len, k_ops), np.int64, len(k_ops)) == 1
+    first = np.fromiter(map(itemgetter(0), k_ops), np.int64, len(k_ops))
+    graph_start = np.repeat(g_ops[:-1], [len(ks) for ks in kernels])
+    out = np.full(g_ops[-1], -1, np.int64)
+    out[graph_start[single] + first[single]] = batch.config[single]
+    return out
+
+
+class Wiring:
+    """Each op's type, inputs and outputs (all graphs' ops in a row), recorded graph by graph
+    (`collect`, as `LatencyModel.predict_many_batch`'s per-graph hook: the deduction has just
+    walked the graph's ops, so they are in the CPU caches; walked again after the whole batch
+    they cost ~2.4x: 38 vs 16 us a graph) or for all graphs at once (`walk`)."""
+
+    def __init__(self) -> None:
+        self.ops: list = []
+        self.types: list[str] = []
+        self.n_in: list[int] = []
+        self.ins: list[int] = []
+        self.n_out: list[int] = []
+        self.outs: list[int] = []
+
+    def collect(self, graph: Graph) -> None:
+        self._add(graph.ops)
+
+    def walk(self, graphs: Sequence[Graph]) -> "Wiring":
+        self._add(list(chain.from_iterable(map(_OPS, graphs))))
+        return self
+
+    def _add(self, ops) -> None:
+        if not ops:
+            return
+        types, op_ins, op_outs = zip(*map(_WIRING, ops))   # one visit per op object
+        self.ops += ops
+        self.types += types
+        self.n_in += map(len, op_ins)
+        self.ins += chain.from_iterable(op_ins)
+        self.n_out += map(len, op_outs)
+        self.outs += chain.from_iterable(op_outs)
+
+
+class Planned(NamedTuple):
+    """`compiled_graph.plan_batch` over a batch: per graph (covered, arena, workspace,
+    regrowth), per op whether XNNPACK takes it, and the flat arrays it read."""
+
+    res: np.ndarray
+    delegated: np.ndarray
+    ops: list
+    g_ops: np.ndarray
+    flags: np.ndarray
+    tensors: Tensors
+
+
+def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None) -> Planned:
+    """Every graph's partitions, arena and workspace in one compiled call (`wiring`: the
+    graphs' ops, recorded before; else walked here)."""
+    wiring = wiring or Wiring().walk(graphs)
+    g_ops = _ptr(map(len, map(_OPS, graphs)))
+    if len(wiring.ops) != g_ops[-1]:
+        raise ValueError("the recorded wiring is not these graphs'")
+    for op_type in set(wiring.types).difference(_FLAGS):
+        type_flags(op_type)
+    flags = np.fromiter(map(_FLAGS.__getitem__, wiring.types), np.int64, len(wiring.ops))
+    in_ptr, out_ptr = (_ptr(n) for n in (wiring.n_in, wiring.n_out))
+    ins, outs = (np.array(t, np.int64) for t in (wiring.ins, wiring.outs))
+    gin_ptr, gin = _csr(list(map(_INPUTS, graphs)))
+    gout_ptr, gout = _csr(list(map(_OUTPUTS, graphs)))
+    res, delegated = cg.plan_batch(g_ops, tensors.g_tens, gin_ptr, gin, gout_ptr, gout, in_ptr,
+                                   ins, out_ptr, outs, flags, *_op_attrs(wiring.ops, flags),
+                                   tensors.size, tensors.const, tensors.dtype_ok)
+    return Planned(res, delegated, wiring.ops, g_ops, flags, tensors)
+
+
+def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], batch: Any,
+                   wiring: Wiring | None = None) -> np.ndarray:
+    """`memory_totals(graphs)` with XNNPACK, from a FeatureBatch of the graphs' `kernels`
+    (`wiring`: their ops, recorded while the batch was built)."""
+    tensors, key_ids = batch_tensors(graphs, batch)
+    planned = plan(graphs, tensors, wiring)
+    graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
+    shapes = _Shapes(batch.tensor_keys, key_ids, tensors.g_tens, graph_of)
+
+    def buffers(j: int) -> int:
+        return sum(xnn_ops._buffers(shapes.signature(j, planned.ops[j])))
+
+    return _totals(graphs, planned, _op_configs(kernels, batch, planned.g_ops), buffers)
+
+
+def graph_totals(graphs: Sequence[Graph]) -> np.ndarray:
+    """`memory_totals(graphs)` with XNNPACK, without a latency batch (no configurations: the
+    operator buffers are looked up per op by signature, as `xnnpack_operators` does)."""
+    planned = plan(graphs, graph_tensors(graphs))
+    graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops)).tolist()
+    g_ops = planned.g_ops.tolist()
+
+    def buffers(j: int) -> int:
+        g = graph_of[j]
+        return xnn_ops._op_buffers(graphs[g], j - g_ops[g])
+
+    return _totals(graphs, planned, np.full(len(planned.ops), -1, np.int64), buffers)
+
+
+def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
+            op_buffers: Callable[[int], int]) -> np.ndarray:
+    """The totals of the planned graphs (`op_cfg`: each op's configuration, -1 for none;
+    `op_buffers(j)`: packed weights plus indirection of op j); uncovered graphs in Python."""
+    from latpred.memory.fast import memory_total
+
+    res, delegated, _, g_ops, flags, (size, const, _, g_tens) = planned
+    covered = res[:, 0].astype(np.bool_)
+    n_tensors, n_ops = np.diff(g_tens), np.diff(g_ops)
+    known: dict[int, int] = {}      # packed weights + indirection per configuration
+    with_buffers = delegated & np.repeat(covered, n_ops) & (flags & OP_BUFFERS != 0)
+    buffers = _per_graph(_buffers(with_buffers, op_cfg, op_buffers, known), g_ops)
+    # host_cpu.estimate_model_bytes: each stored buffer 16-aligned, plus 16
+    stored = _per_graph(np.where(const, (size + 15) // 16 * 16 + 16, 0), g_tens)
+    # host_cpu.overhead; host_cpu.transient: one chunk outgrows no arena, so only a
+    # workspace that regrew leaves something
+    totals = (stored + _FB_PER_TENSOR * n_tensors + _FB_PER_OP * n_ops + _FB_FIXED +
+              res[:, 1] + res[:, 2] + buffers + OVERHEAD_FIXED +
+              OVERHEAD_PER_TENSOR * n_tensors).tolist()
+    for g in np.flatnonzero(covered & (res[:, 3] > 0)).tolist():
+        totals[g] += transient((int(res[g, 1]),), int(res[g, 3]))
+    supported: dict[int, bool] = {}
+    for g in np.flatnonzero(~covered).tolist():
+        t0, t1 = g_tens[g], g_tens[g + 1]
+        set_tensor_table(graphs[g], size[t0:t1].tolist(), const[t0:t1].tolist())
+        configs = OpConfigs(op_cfg[g_ops[g]:g_ops[g + 1]].tolist(), supported, known)
+        totals[g] = memory_total(graphs[g], "xnnpack", configs)
+    return np.array(totals, dtype=np.int64)
+
+
+def _per_graph(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """Sums of values[ptr[g]:ptr[g + 1]] (exact integers)."""
+    sums = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(values, out=sums[1:])
+    return sums[ptr[1:]] - sums[ptr[:-1]]
+
+
+class _Shapes(NamedTuple):
+    """Tensor shapes read from the batch's interned tensors (not the graphs' Tensor objects,
+    which a fresh batch would fetch from memory one by one)."""
+
+    keys: tuple
+    key_ids: np.ndarray
+    g_tens: np.ndarray
+    graph_of: np.ndarray
+
+    def signature(self, j: int, op: Any) -> tuple:
+        """`xnnpack_operators._signature` of op j (all graphs' ops in a row)."""
+        base = int(self.g_tens[self.graph_of[j]])
+        ins, ids, keys = op.inputs, self.key_ids, self.keys
+        return (op.type, op.attrs, keys[ids[base + ins[0]]][0] if ins[0] >= 0 else (),
+                keys[ids[base + ins[1]]][0] if len(ins) > 1 and ins[1] >= 0 else (),
+                keys[ids[base + op.outputs[0]]][0])
+
+
+def _buffers(chosen: np.ndarray, op_cfg: np.ndarray, op_buffers: Callable[[int], int],
+             known: dict[int, int]) -> np.ndarray:
+    """Per op: `op_buffers(j)` where `chosen` (0 elsewhere), computed once per configuration
+    (`xnnpack_operators.buffers_total`) and for each op of no configuration."""
+    at = np.flatnonzero(chosen)
+    cfgs, first, inverse = np.unique(op_cfg[at], return_index=True, return_inverse=True)
+    per_cfg = [known[c] if c in known else op_buffers(j)
+               for c, j in zip(cfgs.tolist(), at[first].tolist())]
+    known.update((c, v) for c, v in zip(cfgs.tolist(), per_cfg) if c >= 0)
+    values = np.array(per_cfg, np.int64)[inverse]
+    for k in np.flatnonzero(op_cfg[at] < 0).tolist():
+        values[k] = op_buffers(int(at[k]))
+    out = np.zeros(len(chosen), np.int64)
+    out[at] = values
+    return out

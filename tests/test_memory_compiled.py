@@ -1,0 +1,152 @@
+"""The compiled planners (latpred/memory/compiled*.py, flat.py) against the Python ones."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from latpred.memory import compiled  # noqa: E402
+from latpred.memory.arena import SimpleArena  # noqa: E402
+from latpred.memory.stdsort import unordered_set_order  # noqa: E402
+from latpred.memory.xnnpack import _find_offset  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACES = ("synthetic_cnn", "converter_cnn", "converter_small", "mnasnet_residual", "regnet_cnn")
+
+
+def test_arena_offset_is_simple_arena_allocate():
+    rng = random.Random(3)
+    for _ in range(300):
+        n = rng.randint(1, 25)
+        arena = SimpleArena()
+        live = [np.zeros(n, np.int64) for _ in range(4)]
+        n_live, hwm = 0, 0
+        for _ in range(n):
+            size = rng.choice([rng.randint(1, 300), 64 * rng.randint(1, 6)])
+            first = rng.randint(0, 8)
+            last = rng.choice([first + rng.randint(0, 6), compiled.NEVER])
+            expected = arena.allocate(0, size, first, last).offset
+            offset, n_live = compiled.arena_offset(*live, n_live, size, first, last)
+            hwm = max(hwm, offset + size)
+            assert offset == expected
+        assert hwm == arena.high_water_mark
+
+
+def test_gap_offset_is_find_offset():
+    rng = random.Random(5)
+    for _ in range(2000):
+        blocks = sorted((s, s + rng.randint(1, 200)) for s in
+                        (rng.randint(0, 600) for _ in range(rng.randint(1, 8))))
+        need = rng.randint(1, 250)
+        starts, ends = (np.array(v, np.int64) for v in zip(*blocks))
+        assert compiled.gap_offset(starts, ends, len(blocks), need) == \
+            _find_offset(blocks, need)
+
+
+def test_set_order_is_unordered_set_order():
+    rng = random.Random(7)
+    for _ in range(500):
+        values = [rng.randint(0, 120) for _ in range(rng.randint(0, 40))]
+        out = np.zeros(len(values), np.int64)
+        n = compiled.set_order(np.array(values, np.int64), len(values), out)
+        assert out[:n].tolist() == unordered_set_order(values)
+
+
+def _graphs(n: int = 40) -> list:
+    from latpred import zoo
+    from latpred.sampler import build_graph, sample
+    from latpred.tflite import read_tflite
+
+    out = []
+    for space in SPACES:
+        out += [build_graph(a) for a in sample(ROOT / "search_space" / f"{space}.yaml", n, 11)]
+    out += [zoo.build(name) for name in sorted(zoo.ZOO)[:12]]
+    return out + [read_tflite(p) for p in sorted((ROOT / "tests/fixtures/corpus")
+                                                 .glob("*.tflite"))]
+
+
+def _batch(graphs: list) -> SimpleNamespace:
+    """What `flat.batch_tensors` reads of a FeatureBatch: one interned id per tensor (+ one
+    for -1)."""
+    keys, ids = [], []
+    for g in graphs:
+        ids.append(list(range(len(keys), len(keys) + len(g.tensors) + 1)))
+        keys += [(t.shape, t.dtype, t.is_constant, None, None) for t in g.tensors] + [None]
+    return SimpleNamespace(tensor_keys=tuple(k or ((), "float32", False) for k in keys),
+                           tensor_ids=tuple(ids))
+
+
+def test_compiled_plan_is_the_python_plan():
+    # per graph: the arena, the workspace and its regrowth, the delegated ops; graphs the
+    # compiled planner does not cover are reported as such (and planned in Python)
+    from latpred.memory import flat, xnnpack
+    from latpred.memory.litert_plan import plan
+
+    graphs = _graphs()
+    planned = flat.plan(graphs, flat.graph_tensors(graphs))
+    from_batch = flat.batch_tensors(graphs, _batch(graphs))[0]
+    assert all(np.array_equal(a, b) for a, b in zip(planned.tensors, from_batch))
+    covered = planned.res[:, 0].astype(bool)
+    assert covered[:40].all()                        # synthetic_cnn: every graph
+    assert 0.5 < covered.mean() < 1                  # and some it leaves to Python
+    for g, graph in enumerate(graphs):
+        if not covered[g]:
+            continue
+        layout = xnnpack.delegated_input(graph)
+        workspace, _, regrowth = xnnpack.workspace_plan(graph, layout, False)
+        assert planned.res[g, 1:].tolist() == \
+            [plan(layout.plan_input, stats=False).arena_bytes, workspace, regrowth]
+        ops = planned.delegated[planned.g_ops[g]:planned.g_ops[g + 1]]
+        assert set(np.flatnonzero(ops).tolist()) == layout.delegated_ops
+
+
+
+def test_signature_from_interned_tensors_is_the_operator_signature():
+    from latpred.memory import flat
+    from latpred.memory.xnnpack_operators import _signature
+
+    graphs = _graphs(8)
+    batch = _batch(graphs)
+    tensors, key_ids = flat.batch_tensors(graphs, batch)
+    planned = flat.plan(graphs, tensors)
+    graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
+    shapes = flat._Shapes(batch.tensor_keys, key_ids, tensors.g_tens, graph_of)
+    for j, op in enumerate(planned.ops):
+        if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D"):
+            assert shapes.signature(j, op) == _signature(graphs[graph_of[j]].tensors, op)
+
+
+def test_wiring_recorded_during_deduction_is_the_walked_wiring(tmp_path):
+    # predict_many_batch's per-graph hook sees each graph once, in order, and changes no
+    # prediction; what it records is what walking the graphs afterwards finds
+    import sys
+
+    from latpred.memory import flat
+    from latpred.predictors import LatencyModel
+    from latpred.sampler import build_graph, sample
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from simdata import simulate
+
+    target = "host/cpu/fp32/t1"
+    model = LatencyModel.fit(simulate(tmp_path / "sim", target, n_models=12).root, target,
+                             family="gbdt", search="none")
+    archs = list(sample(ROOT / "search_space" / "synthetic_cnn.yaml", 20, 3))
+    seen, wiring = [], flat.Wiring()
+
+    def visit(graph):
+        seen.append(graph)
+        wiring.collect(graph)
+
+    preds, graphs, _, _ = model.predict_many_batch([build_graph(a) for a in archs],
+                                                   visit=visit)
+    assert list(map(id, seen)) == list(map(id, graphs))
+    assert vars(wiring) == vars(flat.Wiring().walk(graphs))
+    expected = model.predict_many([build_graph(a) for a in archs])
+    assert [p.total_ms for p in preds] == [p.total_ms for p in expected]

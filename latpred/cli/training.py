@@ -16,7 +16,7 @@ _FAMILY = click.Choice(["lasso", "rf", "gbdt", "mlp"])
 @click.option("--search", default="latpred", show_default=True,
               help="Search in configs/predictors/<family>.yaml: latpred, paper, or none.")
 @click.option("--overhead", default="auto", show_default=True,
-              type=click.Choice(["auto", "constant", "linear"]))
+              type=click.Choice(["auto", "constant", "linear", "typed"]))
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option("--analytical-features", is_flag=True,
               help="Give conv-like kernel types the tile/wave and TMModel features "

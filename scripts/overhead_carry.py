@@ -1,9 +1,9 @@
 """Dev script: does a source's overhead carry to other models and devices? (docs/fewshot.md,
 "The typed overhead did not carry")
 
-    python scripts/overhead_carry.py --predictor SRC --test datasets/host-cpu-zoo \
-        [--pool datasets/host-cpu-int8-synthetic --pool-test datasets/host-cpu-int8-zoo \
-         --pool-target host/cpu/int8/t1]
+    python scripts/overhead_carry.py [--data D --target T] [--test datasets/host-cpu-zoo] \
+        [--predictor SRC --pool datasets/host-cpu-int8-synthetic \
+         --pool-test datasets/host-cpu-int8-zoo --pool-target host/cpu/int8/t1]
 
 1. Per overhead kind (constant, linear, typed), the 5-fold cross-validated end-to-end MAPE on
    the source's training models and the typed-minus-linear paired difference with its
@@ -15,7 +15,8 @@
    overheads adaptation could carry from a typed source to `--pool-test` (measured kernel sums
    again): typed times the common factor (`--overhead scaled`), each type's cost times its
    own kernel factor, the typed fit collapsed to linear (its pooled per-kernel cost), and the
-   linear fit times the common factor.
+   linear fit times the common factor; and how far typed and linear (times the common factor)
+   are off on the draw's own models, all the folds of `adapt` could judge them on.
 """
 
 from __future__ import annotations
@@ -104,6 +105,12 @@ def adapted(source, linear: OverheadModel, pool: str, test: str, target: str) ->
                 p = m.predict(n, s, held)
                 got.setdefault(name, []).append(
                     (np.mean(np.abs(s + p - e) / e), np.mean((p - (e - s)) / e)))
+            own_models = models[models["model_id"].isin(few)]
+            fn, fs, fe, fc = columns(kernels[kernels["model_id"].isin(few)], own_models)
+            for name, m in (("typed", typed), ("linear", linear)):
+                p = scaled_overhead(m, common).predict(fn, fs, {t: fc[t].to_numpy() for t in fc})
+                got.setdefault(f"{name} on the few models", []).append(
+                    (np.mean(np.abs(fs + p - fe) / fe), np.mean((p - (fe - fs)) / fe)))
         for name, v in got.items():
             v = 100 * np.array(v)
             print(f"  {size} models, {name:24s} MAPE {v[:, 0].mean():.2f}%, bias "
@@ -112,22 +119,23 @@ def adapted(source, linear: OverheadModel, pool: str, test: str, target: str) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--predictor", required=True, help="the source (typed overhead)")
-    ap.add_argument("--data", default="datasets/host-cpu-synthetic", help="its training data")
+    ap.add_argument("--data", default="datasets/host-cpu-synthetic", help="training models")
+    ap.add_argument("--target", default="host/cpu/fp32/t1")
+    ap.add_argument("--predictor", help="with --pool: the source (typed overhead)")
     ap.add_argument("--test", action="append", default=[])
     ap.add_argument("--pool")
     ap.add_argument("--pool-test")
     ap.add_argument("--pool-target")
     a = ap.parse_args()
-    source = LatencyModel.load(a.predictor)
-    n, s, e, counts = columns(*load_tables(a.data, source.target))
+    n, s, e, counts = columns(*load_tables(a.data, a.target))
     print(f"{a.data}: {len(e)} models")
     cross_validated(n, s, e, counts)
     fits = {k: fit_overhead(n, s, e, k, 0, counts) for k in KINDS}
     for root in a.test:
-        on_test(fits, root, source.target)
+        on_test(fits, root, a.target)
     if a.pool:
         print(f"adapted to {a.pool_target}: few models of {a.pool}, tested on {a.pool_test}")
+        source = LatencyModel.load(a.predictor)
         adapted(source, fits["linear"], a.pool, a.pool_test, a.pool_target)
 
 

@@ -153,6 +153,7 @@ def _select(n: np.ndarray, s: np.ndarray, e: np.ndarray, seed: int,
 def within_one_se(errors: np.ndarray, best: np.ndarray) -> bool:
     """Whether per-model `errors` exceed the `best` kind's by at most one standard error of the
     paired differences' mean: a more flexible overhead must earn its terms beyond the noise of
-    the training models, since its extra coefficients are what fails to extrapolate."""
+    the training models, as terms that only fit their mix of kernels can fail on other models
+    (host-cpu: the zoo's many convolutions)."""
     d = errors - best
     return float(d.mean()) <= float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else True

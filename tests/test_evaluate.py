@@ -241,6 +241,12 @@ def test_train_predict_evaluate_commands(cpu_data, tmp_path):
                              "--family", "lasso", "--search", "none", "--out", str(pred)])
     assert r.exit_code == 0, r.output
     assert (pred / "predictor.json").exists() and "conv2d" in r.output
+    typed = tmp_path / "typed"   # the kind `auto` may pick, by name
+    r = runner.invoke(main, ["train", "--data", str(cpu_data.root), "--target", CPU,
+                             "--family", "lasso", "--search", "none", "--overhead", "typed",
+                             "--out", str(typed)])
+    assert r.exit_code == 0, r.output
+    assert json.loads((typed / "predictor.json").read_text())["overhead"]["kind"] == "typed"
     arch = json.loads(cpu_data.models(CPU)["arch"][0])
     model_file = tmp_path / "m.tflite"
     write_tflite(build_graph(arch), model_file)

@@ -20,6 +20,7 @@ from latpred.predictors import (FAMILIES, LatencyModel, PercentGBDT, PositiveLas
                                 OverheadModel, SearchSpec, fit_overhead, fit_searched,
                                 load_search)
 from latpred.predictors.objective import mspe, mspe_objective, percentage_weights
+from latpred.predictors.overhead import within_one_se
 from latpred.predictors.training import feature_schema, fit_fallback
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/simdata.py
@@ -198,6 +199,21 @@ def test_typed_overhead_learns_a_cost_per_kernel_type():
                         type_counts=small[0]).kind != "typed"
     with pytest.raises(LatpredError, match="kernel counts per type"):
         fit_overhead(n, s, e, "typed")
+
+
+def test_typed_overhead_needs_a_gain_beyond_the_noise():
+    # One cost for every kernel (0.005 ms) and 2% label noise: the per-type costs fit only the
+    # noise. This draw's typed fit cross-validates a little better than the linear one (the
+    # lowest error alone picked it), but not by one standard error: auto keeps `linear`.
+    rng = np.random.default_rng(0)
+    counts = pd.DataFrame({"a": rng.integers(5, 40, 200), "b": rng.integers(0, 6, 200)}
+                          ).astype(float)
+    s = rng.uniform(0.2, 2, 200)
+    n = counts.sum(axis=1).to_numpy()
+    e = (s + 0.05 + 0.005 * n + 0.1 * s) * rng.lognormal(0, 0.02, 200)
+    assert fit_overhead(n, s, e, "auto", type_counts=counts).kind == "linear"
+    assert within_one_se(np.array([1.0, 1.2, 0.9]), np.array([1.0, 1.0, 1.0]))
+    assert not within_one_se(np.array([1.1, 1.2, 1.1]), np.array([1.0, 1.0, 1.0]))
 
 
 def test_typed_overhead_pools_types_of_few_models():

@@ -19,7 +19,7 @@ synthetic ones of 20-40), the trees add a bounded correction.
 their out-of-fold kernel predictions) lowers the end-to-end MAPE by more than `KEEP_GAIN`, and
 only with `MIN_MODELS` models. Kept on h100-cuda-synthetic (CV 3.34% -> 2.38%; protocol (a),
 five splits: 3.33% -> 2.46% on average, the largest inputs the grouped convolutions' and the
-reductions' predicted time), not on host-cpu-synthetic (4.62% -> 4.47%);
+reductions' predicted time), not on host-cpu-synthetic (4.65% -> 4.52%);
 docs/results/cuda-campaigns/README.md, session 14.
 """
 

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from predict_speed import predictor  # noqa: E402
+from predict_speed import add_predictor_arguments, predictor  # noqa: E402
 
 
 def old_memory(tree: Path):
@@ -44,12 +44,7 @@ def old_memory(tree: Path):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", required=True, help="a tree holding latpred/memory to compare")
-    ap.add_argument("--predictor")
-    ap.add_argument("--data")
-    ap.add_argument("--target", default="host/cpu/fp32/t1")
-    ap.add_argument("--search", default="latpred")
-    ap.add_argument("--graphs", type=int, default=1000)
-    ap.add_argument("--repeats", type=int, default=5)
+    add_predictor_arguments(ap, graphs=1000, repeats=5)
     args = ap.parse_args()
     from latpred.memory import memory_totals, predict_many_with_memory
     from latpred.sampler import build_graph, sample

@@ -23,19 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from predict_speed import predictor  # noqa: E402
+from predict_speed import add_predictor_arguments, predictor  # noqa: E402
 
 from latpred.memory import memory_totals, predict_many_with_memory  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--predictor")
-    ap.add_argument("--data")
-    ap.add_argument("--target", default="host/cpu/fp32/t1")
-    ap.add_argument("--search", default="latpred")
-    ap.add_argument("--graphs", type=int, default=2000)
-    ap.add_argument("--repeats", type=int, default=3)
+    add_predictor_arguments(ap, graphs=2000, repeats=3)
     args = ap.parse_args()
     if Path("/tmp/CAMPAIGN_RUNNING").exists():
         sys.exit("A timing campaign is running (/tmp/CAMPAIGN_RUNNING); try later.")

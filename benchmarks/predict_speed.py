@@ -54,6 +54,16 @@ def hundred_op_model(path: Path) -> int:
     return len(graph.ops)
 
 
+def add_predictor_arguments(ap: argparse.ArgumentParser, graphs: int, repeats: int) -> None:
+    """The options `predictor(args)` reads, and the benchmark's graph count and repeats."""
+    ap.add_argument("--predictor")
+    ap.add_argument("--data")
+    ap.add_argument("--target", default="host/cpu/fp32/t1")
+    ap.add_argument("--search", default="latpred")
+    ap.add_argument("--graphs", type=int, default=graphs)
+    ap.add_argument("--repeats", type=int, default=repeats)
+
+
 def predictor(args) -> LatencyModel:
     if args.predictor:
         return LatencyModel.load(args.predictor, target=args.target)
@@ -152,12 +162,7 @@ def bench_many(model: LatencyModel, n: int, repeats: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--predictor")
-    ap.add_argument("--data")
-    ap.add_argument("--target", default="host/cpu/fp32/t1")
-    ap.add_argument("--search", default="latpred")
-    ap.add_argument("--graphs", type=int, default=10_000)
-    ap.add_argument("--repeats", type=int, default=3)
+    add_predictor_arguments(ap, graphs=10_000, repeats=3)
     args = ap.parse_args()
     model = predictor(args)
     bench_file(model)

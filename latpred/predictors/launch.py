@@ -33,8 +33,8 @@ carry the CUDA datasets' `launches` column (every row of the type), training add
   `FOLDS` folds) is still computed and stored in the fit's metrics.
 
 The type's TypeFit then holds a `LaunchStaged` regressor: it takes the type's usual feature
-rows and appends the classifier's columns (`stage_columns`) itself, so `predict`, the batched path and
-the supernet scorer call it like any regressor. Every family gets the columns. Datasets
+rows and appends the classifier's columns (`stage_columns`) itself, so `predict`, the batched
+path and the supernet scorer call it like any regressor. Every family gets the columns. Datasets
 without `launches` (every non-CUDA target) train no stage and exactly the model they trained
 before. The classifier is saved as a LightGBM text model next to the regressor's artifact,
 its sha256 in predictor.json (predictors/persist.py).

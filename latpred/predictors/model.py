@@ -223,14 +223,9 @@ class LatencyModel:
         count of kernels of that type; None for an untyped overhead."""
         if not self.overhead.per_type:
             return None
-        index = {t: i for i, t in enumerate(self.overhead.types)}
-        counts = np.zeros((len(index), len(kernels)))
-        for gi, ks in enumerate(kernels):
-            for k in ks:
-                i = index.get(k.type)
-                if i is not None:
-                    counts[i, gi] += 1
-        return dict(zip(index, counts))
+        types = self.overhead.types
+        counts, _ = per_type([[k.type for k in ks] for ks in kernels], None, types)
+        return dict(zip(types, counts.T))
 
     def _target(self):
         from latpred.target import parse_target

@@ -150,10 +150,12 @@ def _select(n: np.ndarray, s: np.ndarray, e: np.ndarray, seed: int,
     return next(k for k in kinds if within_one_se(errors[k], errors[best]))
 
 
-def within_one_se(errors: np.ndarray, best: np.ndarray) -> bool:
+def within_one_se(errors: np.ndarray, best: np.ndarray, tolerance: float = 0.0) -> bool:
     """Whether per-model `errors` exceed the `best` kind's by at most one standard error of the
-    paired differences' mean: a more flexible overhead must earn its terms beyond the noise of
-    the training models, as terms that only fit their mix of kernels can fail on other models
-    (host-cpu: the zoo's many convolutions)."""
+    paired differences' mean (or, where larger, `tolerance` of the best's mean): a more flexible
+    overhead must earn its terms beyond the noise of the training models, as terms that only
+    fit their mix of kernels can fail on other models (host-cpu: the zoo's many convolutions).
+    The blend of `latpred adapt` (adapt/blend.py) applies the same rule to its weights."""
     d = errors - best
-    return float(d.mean()) <= float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else True
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+    return float(d.mean()) <= max(tolerance * float(best.mean()), se)

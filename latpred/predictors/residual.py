@@ -124,10 +124,11 @@ def fit_residual(counts: pd.DataFrame, sums: pd.DataFrame, base_ms: np.ndarray,
     return stage, {**info, "residual": "kept"}
 
 
-def per_type(kernel_types: Sequence[Sequence[str]], values: np.ndarray,
+def per_type(kernel_types: Sequence[Sequence[str]], values: np.ndarray | None,
              types: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Each kernel list's count and summed `values` (flat over the lists' kernels in order) per
-    kernel type of `types`, arrays (lists, len(types)); other types are left out."""
+    """Each kernel list's count and summed `values` (flat over the lists' kernels in order; None:
+    the counts again) per kernel type of `types`, arrays (lists, len(types)); other types are
+    left out."""
     index = {t: i for i, t in enumerate(types)}
     lengths = np.fromiter((len(ks) for ks in kernel_types), dtype=np.intp,
                           count=len(kernel_types))
@@ -137,12 +138,15 @@ def per_type(kernel_types: Sequence[Sequence[str]], values: np.ndarray,
     return by_type(owner, col, values, len(lengths), len(types))
 
 
-def by_type(owner: np.ndarray, col: np.ndarray, values: np.ndarray, n_rows: int,
+def by_type(owner: np.ndarray, col: np.ndarray, values: np.ndarray | None, n_rows: int,
             n_types: int) -> tuple[np.ndarray, np.ndarray]:
-    """Counts and sums of `values` per (owner, type column), entries with column -1 left out."""
+    """Counts and sums of `values` (None: the counts again) per (owner, type column), entries
+    with column -1 left out."""
     keep = col >= 0
     flat = owner[keep] * n_types + col[keep]
     size = n_rows * n_types
     counts = np.bincount(flat, minlength=size).astype(np.float64).reshape(n_rows, n_types)
+    if values is None:
+        return counts, counts
     sums = np.bincount(flat, np.asarray(values, np.float64)[keep], minlength=size)
     return counts, sums.reshape(n_rows, n_types)

@@ -70,26 +70,24 @@ class BlockScores:
         self.moved = np.bincount(block_of, batch.moved[batch.config], minlength=n)
         self._context_rows(batch)
         plain = ~self._needs_context[batch.config]
-        self.plain_ms = np.bincount(block_of[plain],
-                                    predict_configs(batch, model.regressors())[batch.config[plain]],
-                                    minlength=n)
+        plain_ms = predict_configs(batch, model.regressors())[batch.config[plain]]
+        self.plain_ms = np.bincount(block_of[plain], plain_ms, minlength=n)
         self._context_kernels(block_of[~plain], batch.config[~plain], n)
-        self._residual_caches(kernels, batch, block_of, plain)
+        self._residual_caches(kernels, batch, block_of, plain, plain_ms)
 
-    def _residual_caches(self, kernels, batch: Any, block_of: np.ndarray, plain: np.ndarray
-                         ) -> None:
+    def _residual_caches(self, kernels, batch: Any, block_of: np.ndarray, plain: np.ndarray,
+                         plain_ms: np.ndarray) -> None:
         """Per block and kernel type of the residual stage: its kernels and the plain ones'
-        summed latency; per configuration, its type's column (-1: not one of the stage's)."""
+        summed latency (`plain_ms`: the plain kernels' predictions); per configuration, its
+        type's column (-1: not one of the stage's)."""
         stage = self.model.residual
         if stage is None:
             return
-        from latpred.predictors.batch import predict_configs
-
         index = {t: i for i, t in enumerate(stage.types)}
         col = np.fromiter((index.get(k.type, -1) for ks in kernels for k in ks), dtype=np.intp,
                           count=len(block_of))
         ms = np.zeros(len(block_of))
-        ms[plain] = predict_configs(batch, self.model.regressors())[batch.config[plain]]
+        ms[plain] = plain_ms
         self.r_counts, self.r_plain = by_type(block_of, col, ms, len(self.graphs), len(index))
         self._config_col = np.full(batch.n_configs, -1, dtype=np.intp)
         for group, ids in batch.members.items():
@@ -142,9 +140,8 @@ class BlockScores:
                   contexts: np.ndarray, m: int) -> np.ndarray:
         """The residual stage's correction of `m` subnets from their blocks' per-type caches."""
         by_block = self.r_plain[blocks] + self._context_ms(blocks, code, contexts, typed=True)
-        per = [np.column_stack([np.bincount(owner, a[:, j], minlength=m)
-                                for j in range(a.shape[1])]).reshape(m, a.shape[1])
-               for a in (self.r_counts[blocks], by_block)]
+        per = [np.stack([np.bincount(owner, a[:, j], minlength=m) for j in range(a.shape[1])],
+                        axis=1) for a in (self.r_counts[blocks], by_block)]
         return self.model.residual.predict(*per)
 
     def _block_ids(self, subnets: Iterable[Sequence[Hashable]]) -> tuple[np.ndarray, list[int]]:

@@ -15,12 +15,13 @@ import numpy as np
 import pandas as pd
 
 from latpred.predictors.adapt.wrappers import BlendedRegressor
+from latpred.predictors.overhead import within_one_se
 from latpred.predictors.search import SearchSpec
 from latpred.predictors.training import TypeFit, fit_all_types, fit_type
 
 # The adapted prediction's weight against the scratch one, the adapted alone first: a type
 # moves towards its scratch partner only where that is more than `tolerance` better and more
-# than one standard error of the gain over the few models (`within`).
+# than one standard error of the gain over the few models (`overhead.within_one_se`).
 BLEND_WEIGHTS = (1.0, 0.75, 0.5, 0.25, 0.0)
 # The scratch partners, the one tried first first: `auto` keeps the first whose blend's
 # out-of-fold end-to-end MAPE is within its tolerance of the best partner's.
@@ -53,21 +54,12 @@ def scratch_types(kernels: pd.DataFrame, seed: int, partner: str = "lasso"
     return fits
 
 
-def within(errors: np.ndarray, best: np.ndarray, tolerance: float) -> bool:
-    """Whether per-model errors sum to at most the best's plus `tolerance` of them, or plus one
-    standard error of the paired per-model differences' sum (the one-standard-error rule:
-    a gain that the few models disagree about is not taken)."""
-    d = errors - best
-    se = float(np.sqrt(len(d)) * d.std(ddof=1)) if len(d) > 1 else 0.0
-    return float(d.sum()) <= max(tolerance * float(best.sum()), se)
-
-
 def type_weights(kernels: pd.DataFrame, row_model: np.ndarray, adapted: np.ndarray,
                  scratch: np.ndarray, tolerance: float
                  ) -> tuple[dict[str, float], dict[str, dict]]:
-    """Per kernel type, the first of BLEND_WEIGHTS whose out-of-fold kernel error is `within`
-    the best weight's (per-model absolute errors); with the time-weighted errors
-    (sum |p - y| / sum y over the type's rows) per weight."""
+    """Per kernel type, the first of BLEND_WEIGHTS whose out-of-fold kernel error is within one
+    standard error (or `tolerance`) of the best weight's (per-model absolute errors); with the
+    time-weighted errors (sum |p - y| / sum y over the type's rows) per weight."""
     y = kernels["latency_ms"].to_numpy(np.float64)
     weights, errors = {}, {}
     for ktype, idx in kernels.groupby("kernel_type").indices.items():
@@ -77,7 +69,7 @@ def type_weights(kernels: pd.DataFrame, row_model: np.ndarray, adapted: np.ndarr
                      for w in BLEND_WEIGHTS}
         best = min(BLEND_WEIGHTS, key=lambda w: per_model[w].sum())
         weights[ktype] = next(w for w in BLEND_WEIGHTS
-                              if within(per_model[w], per_model[best], tolerance))
+                              if within_one_se(per_model[w], per_model[best], tolerance))
         errors[ktype] = {w: float(e.sum() / np.sum(t)) for w, e in per_model.items()}
     return weights, errors
 

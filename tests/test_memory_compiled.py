@@ -150,3 +150,79 @@ def test_wiring_recorded_during_deduction_is_the_walked_wiring(tmp_path):
     assert vars(wiring) == vars(flat.Wiring().walk(graphs))
     expected = model.predict_many([build_graph(a) for a in archs])
     assert [p.total_ms for p in preds] == [p.total_ms for p in expected]
+
+
+def _random_signature(rng: random.Random) -> tuple:
+    """A random operator signature of the five types with buffers, in `_signature`'s form."""
+    op_type = rng.choice(["CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D",
+                          "AVERAGE_POOL_2D"])
+    k, s = rng.choice([1, 1, 2, 3, 5, 7]), rng.choice([1, 1, 2, 3])
+    oh, ow = rng.randint(0, 60), rng.randint(1, 60)
+    x = (1, oh * s + rng.randint(-2, k), ow * s, rng.choice([3, 8, 16, 24, 40]))
+    attrs = {"stride": (s, rng.choice([1, 2, s])), "padding": rng.choice(["SAME", "VALID"])}
+    if op_type == "FULLY_CONNECTED":
+        w = (rng.randint(1, 1100), rng.randint(1, 2000))
+    elif op_type == "DEPTHWISE_CONV_2D":
+        mult = rng.choice([1, 1, 1, 2])
+        attrs |= {"depth_multiplier": rng.choice([mult, None]) if mult == 1 else mult,
+                  "dilation": (1, rng.choice([1, 1, 2]))}
+        w = (1, k, rng.choice([k, 1, 9]), x[3] * mult)
+    elif op_type == "CONV_2D":
+        groups = rng.choice([1, 1, 2, 4])
+        attrs |= {"groups": rng.choice([groups, None]) if groups == 1 else groups,
+                  "dilation": (1, rng.choice([1, 2]))}
+        w = (groups * rng.choice([1, 3, 8, 15, 16, 17, 64]), k, rng.choice([k, 1]),
+             rng.randint(1, 64))
+    else:
+        attrs["filter"] = (k, rng.choice([k, 1, 2]))
+        w = ()
+    return (op_type, tuple(sorted(attrs.items())), x, w, (1, oh, ow, x[3]))
+
+
+def test_compiled_buffers_are_the_operator_rules():
+    # packed weights + indirection of random signatures: the port against xnnpack_operators
+    from latpred.memory import compiled_buffers as cb
+    from latpred.memory.xnnpack_operators import _buffers
+
+    rng = random.Random(13)
+    sigs = [_random_signature(rng) for _ in range(4000)]
+    rows = [(cb.CODES[t], *cb.attr_row(t, a)) for t, a, *_ in sigs]
+    table = np.array(rows, np.int64)
+    x, w, out = (cb.dims_rows([sig[i] for sig in sigs]) for i in (2, 3, 4))
+    values, ok = cb.op_buffers(table[:, 0], table[:, 1:], x, w, out)
+    assert ok.all()
+    assert values.tolist() == [sum(_buffers(sig)) for sig in sigs]
+    assert len({v for v in values.tolist()}) > 1000        # the cases are not all alike
+
+
+def test_compiled_sizer_is_the_python_per_op_sizes():
+    # every delegated op's buffers in a batch, as flat.py sizes them (configurations from a
+    # real latency batch), against xnnpack_operators per op; the stride of an odd form goes
+    # to Python and gives the same
+    from latpred.memory import flat
+    from latpred.memory.xnnpack_operators import _op_buffers
+
+    graphs = _graphs(10)
+    batch = _batch(graphs)
+    tensors, key_ids = flat.batch_tensors(graphs, batch)
+    planned = flat.plan(graphs, tensors)
+    keys = batch.tensor_keys
+
+    def dims(flat_ids):
+        return flat.cb.dims_rows([keys[k][0] for k in key_ids[flat_ids].tolist()])
+
+    graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
+    python_calls = []
+
+    def python(j):
+        python_calls.append(j)
+        g = graph_of[j]
+        return _op_buffers(graphs[g], j - planned.g_ops[g])
+
+    chosen = np.array([op.type in flat.xnn_ops._WITH_BUFFERS for op in planned.ops])
+    sized = flat._buffers(chosen, np.full(len(chosen), -1), flat._Sizer(planned, dims, python),
+                          {})
+    expected = [_op_buffers(graphs[graph_of[j]], j - planned.g_ops[graph_of[j]]) if c else 0
+                for j, c in enumerate(chosen.tolist())]
+    assert sized.tolist() == expected and sum(expected) > 0
+    assert not python_calls

@@ -20,6 +20,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from latpred.graph import _ITEMSIZE, Graph
+from latpred.memory import compiled_buffers as cb
 from latpred.memory import compiled_graph as cg
 from latpred.memory import xnnpack
 from latpred.memory import xnnpack_partition as partition
@@ -36,6 +37,7 @@ _WIRING = attrgetter("type", "inputs", "outputs")
 _TENSORS, _DTYPE = attrgetter("tensors"), attrgetter("dtype")
 _FLAGS: dict[str, int] = {}
 _ATTR_FACTS: dict[tuple, tuple[bool, bool, bool]] = {}
+_BUFFER_ATTRS: dict[tuple, tuple[int, ...] | None] = {}   # (type, attrs) -> code + attr row
 OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (Python only)
 
 
@@ -184,6 +186,10 @@ class Planned(NamedTuple):
     g_ops: np.ndarray
     flags: np.ndarray
     tensors: Tensors
+    in_ptr: np.ndarray
+    ins: np.ndarray
+    out_ptr: np.ndarray
+    outs: np.ndarray
 
 
 def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None) -> Planned:
@@ -203,7 +209,8 @@ def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None
     res, delegated = cg.plan_batch(g_ops, tensors.g_tens, gin_ptr, gin, gout_ptr, gout, in_ptr,
                                    ins, out_ptr, outs, flags, *_op_attrs(wiring.ops, flags),
                                    tensors.size, tensors.const, tensors.dtype_ok)
-    return Planned(res, delegated, wiring.ops, g_ops, flags, tensors)
+    return Planned(res, delegated, wiring.ops, g_ops, flags, tensors, in_ptr, ins, out_ptr,
+                   outs)
 
 
 def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], batch: Any,
@@ -213,40 +220,48 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     tensors, key_ids = batch_tensors(graphs, batch)
     planned = plan(graphs, tensors, wiring)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
-    shapes = _Shapes(batch.tensor_keys, key_ids, tensors.g_tens, graph_of)
+    keys = batch.tensor_keys
+    shapes = _Shapes(keys, key_ids, tensors.g_tens, graph_of)
+
+    def dims(flat: np.ndarray) -> np.ndarray:
+        interned, back = np.unique(key_ids[flat], return_inverse=True)
+        return cb.dims_rows([keys[k][0] for k in interned.tolist()])[back.reshape(-1)]
 
     def buffers(j: int) -> int:
         return sum(xnn_ops._buffers(shapes.signature(j, planned.ops[j])))
 
-    return _totals(graphs, planned, _op_configs(kernels, batch, planned.g_ops), buffers)
+    return _totals(graphs, planned, _op_configs(kernels, batch, planned.g_ops),
+                   _Sizer(planned, dims, buffers, batch.config_kind))
 
 
 def graph_totals(graphs: Sequence[Graph]) -> np.ndarray:
     """`memory_totals(graphs)` with XNNPACK, without a latency batch (no configurations: the
-    operator buffers are looked up per op by signature, as `xnnpack_operators` does)."""
+    operator buffers are looked up per op by signature, as `xnnpack_operators` does; reading
+    every op's tensor dims for the compiled sizes costs more here than the look-ups)."""
     planned = plan(graphs, graph_tensors(graphs))
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops)).tolist()
     g_ops = planned.g_ops.tolist()
 
-    def buffers(j: int) -> int:
-        g = graph_of[j]
-        return xnn_ops._op_buffers(graphs[g], j - g_ops[g])
+    def buffers(reps: np.ndarray, _: np.ndarray) -> np.ndarray:
+        return np.fromiter((xnn_ops._op_buffers(graphs[graph_of[j]], j - g_ops[graph_of[j]])
+                            for j in reps.tolist()), np.int64, len(reps))
 
     return _totals(graphs, planned, np.full(len(planned.ops), -1, np.int64), buffers)
 
 
 def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
-            op_buffers: Callable[[int], int]) -> np.ndarray:
+            sizer: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
     """The totals of the planned graphs (`op_cfg`: each op's configuration, -1 for none;
-    `op_buffers(j)`: packed weights plus indirection of op j); uncovered graphs in Python."""
+    `sizer(ops, their configurations)`: packed weights plus indirection, `_Sizer`); uncovered
+    graphs in Python."""
     from latpred.memory.fast import memory_total
 
-    res, delegated, _, g_ops, flags, (size, const, _, g_tens) = planned
+    res, delegated, _, g_ops, flags, (size, const, _, g_tens) = planned[:6]
     covered = res[:, 0].astype(np.bool_)
     n_tensors, n_ops = np.diff(g_tens), np.diff(g_ops)
     known: dict[int, int] = {}      # packed weights + indirection per configuration
     with_buffers = delegated & np.repeat(covered, n_ops) & (flags & OP_BUFFERS != 0)
-    buffers = _per_graph(_buffers(with_buffers, op_cfg, op_buffers, known), g_ops)
+    buffers = _per_graph(_buffers(with_buffers, op_cfg, sizer, known), g_ops)
     # host_cpu.estimate_model_bytes: each stored buffer 16-aligned, plus 16
     stored = _per_graph(np.where(const, (size + 15) // 16 * 16 + 16, 0), g_tens)
     # host_cpu.overhead; host_cpu.transient: one chunk outgrows no arena, so only a
@@ -290,18 +305,111 @@ class _Shapes(NamedTuple):
                 keys[ids[base + op.outputs[0]]][0])
 
 
-def _buffers(chosen: np.ndarray, op_cfg: np.ndarray, op_buffers: Callable[[int], int],
+def _buffers(chosen: np.ndarray, op_cfg: np.ndarray,
+             sizer: Callable[[np.ndarray, np.ndarray], np.ndarray],
              known: dict[int, int]) -> np.ndarray:
-    """Per op: `op_buffers(j)` where `chosen` (0 elsewhere), computed once per configuration
-    (`xnnpack_operators.buffers_total`) and for each op of no configuration."""
+    """Per op: its packed weights + indirection where `chosen` (0 elsewhere), sized once per
+    configuration (its first op; `known` gets them, as `xnnpack_operators.buffers_total`
+    keeps them) and for each op of no configuration."""
     at = np.flatnonzero(chosen)
-    cfgs, first, inverse = np.unique(op_cfg[at], return_index=True, return_inverse=True)
-    per_cfg = [known[c] if c in known else op_buffers(j)
-               for c, j in zip(cfgs.tolist(), at[first].tolist())]
-    known.update((c, v) for c, v in zip(cfgs.tolist(), per_cfg) if c >= 0)
-    values = np.array(per_cfg, np.int64)[inverse]
-    for k in np.flatnonzero(op_cfg[at] < 0).tolist():
-        values[k] = op_buffers(int(at[k]))
+    cfg = op_cfg[at]
+    cfgs, first, inverse = np.unique(cfg, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    none = cfg < 0
+    skip = int(len(cfgs) > 0 and cfgs[0] < 0)       # -1, sorted first, is no configuration
+    values = sizer(np.concatenate((at[first[skip:]], at[none])),
+                   np.concatenate((cfgs[skip:], cfg[none])))
+    per_cfg = values[:len(cfgs) - skip]
+    known.update(zip(cfgs[skip:].tolist(), per_cfg.tolist()))
     out = np.zeros(len(chosen), np.int64)
-    out[at] = values
+    out[at[~none]] = per_cfg[inverse[~none] - skip]
+    out[at[none]] = values[len(cfgs) - skip:]
     return out
+
+
+class _Sizer:
+    """Packed weights + indirection of ops (all graphs' ops in a row): compiled
+    (`compiled_buffers.op_buffers`) from each op's type and attributes (read once per kind of
+    op, `FeatureBatch.config_kind`, where the op's configuration is known) and its tensors'
+    dims (`dims(flat tensor indices)`: `compiled_buffers.DIMS` rows); `python(j)` sizes the
+    ops the port leaves out."""
+
+    def __init__(self, planned: Planned, dims: Callable[[np.ndarray], np.ndarray],
+                 python: Callable[[int], int], config_kind: np.ndarray | None = None) -> None:
+        self.planned, self.dims, self.python = planned, dims, python
+        self.config_kind = config_kind
+
+    def __call__(self, reps: np.ndarray, configs: np.ndarray) -> np.ndarray:
+        """Ops `reps` of configurations `configs` (-1: none)."""
+        p = self.planned
+        if not len(reps):
+            return np.zeros(0, np.int64)
+        table, odd = self._attrs(reps, configs)
+        # input 0, input 1 (the weights) and output 0, as flat tensor indices (-1: absent)
+        n_in, n_out = (ptr[reps + 1] - ptr[reps] for ptr in (p.in_ptr, p.out_ptr))
+        odd |= (n_in < 1) | (n_out < 1)
+        base = p.tensors.g_tens[np.searchsorted(p.g_ops, reps, side="right") - 1]
+        x = _at(p.ins, p.in_ptr[reps], n_in > 0)
+        w = _at(p.ins, p.in_ptr[reps] + 1, n_in > 1)
+        o = _at(p.outs, p.out_ptr[reps], n_out > 0)
+        odd |= o < 0
+        local = np.stack((x, w, o))
+        dims = np.zeros(local.shape + (len(cb.DIMS),), np.int64)
+        present = local >= 0
+        if present.any():
+            dims[present] = self.dims((local + base)[present])
+        values, ok = cb.op_buffers(table[:, 0], table[:, 1:], dims[0], dims[1], dims[2])
+        for k in np.flatnonzero(odd | ~ok).tolist():
+            values[k] = self.python(int(reps[k]))
+        return values
+
+    def _attrs(self, reps: np.ndarray, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each op's code and attribute row, and whether it must be sized in Python."""
+        kinds = np.full(len(reps), -1, np.intp)
+        if self.config_kind is not None:
+            known = configs >= 0
+            kinds[known] = self.config_kind[configs[known]]
+        table = np.empty((len(reps), 1 + len(cb.ATTRS)), np.int64)
+        odd = np.zeros(len(reps), np.bool_)
+        by_kind = kinds >= 0
+        if by_kind.any():
+            _, first, back = np.unique(kinds[by_kind], return_index=True, return_inverse=True)
+            rows, rows_odd = _attr_rows(self.planned.ops, reps[by_kind][first])
+            table[by_kind], odd[by_kind] = rows[back.reshape(-1)], rows_odd[back.reshape(-1)]
+        if not by_kind.all():
+            table[~by_kind], odd[~by_kind] = _attr_rows(self.planned.ops, reps[~by_kind])
+        return table, odd
+
+
+def _attr_rows(ops: list, reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_buffer_attrs` of ops `reps` as a table, and which have none (sized in Python)."""
+    rows = [_buffer_attrs(ops[j]) for j in reps.tolist()]
+    odd = np.fromiter((r is None for r in rows), np.bool_, len(rows))
+    table = np.array([r or _NO_ROW for r in rows], np.int64)
+    return table.reshape(len(rows), 1 + len(cb.ATTRS)), odd
+
+
+_NO_ROW = (2,) + (1,) * len(cb.ATTRS)      # a stand-in row for ops sized in Python
+
+
+def _at(values: np.ndarray, index: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """values[index] where `where`, else -1."""
+    out = np.full(len(index), -1, np.int64)
+    out[where] = values[index[where]]
+    return out
+
+
+def _buffer_attrs(op: Any) -> tuple[int, ...] | None:
+    """`compiled_buffers.CODES` of the op's type, then its `attr_row` (None: sized in Python),
+    once per distinct (type, attributes)."""
+    key = (op.type, op.attrs)
+    try:
+        return _BUFFER_ATTRS[key]
+    except KeyError:
+        pass
+    if len(_BUFFER_ATTRS) > 4096:        # a bound, for spaces of many operator attributes
+        _BUFFER_ATTRS.clear()
+    row = cb.attr_row(op.type, op.attrs)
+    code = cb.CODES.get(op.type)
+    found = _BUFFER_ATTRS[key] = None if row is None or code is None else (code, *row)
+    return found

@@ -15,7 +15,7 @@ set per kernel at prediction: those groups are predicted per distinct (configura
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -42,6 +42,9 @@ class FeatureBatch:
     # (shape, dtype, is_constant, value, quantized). latpred.memory reads tensor sizes there.
     tensor_ids: tuple[list[int], ...] = ()
     tensor_keys: tuple[tuple, ...] = ()
+    # Per configuration of one op, its interned (type, attrs) (-1 for a kernel of several ops);
+    # latpred.memory reads operator attributes once per such kind.
+    config_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
 
 
 def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target: Any,
@@ -70,6 +73,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
     members: dict[str, list[int]] = {}
     context_col: dict[str, int] = {}
     moved: list[float] = []            # per configuration: bytes read + written
+    kinds: list[int] = []              # per configuration: its op's kind, or -1
     config: list[int] = []
     sigs: list[list[int]] = []
     seen_get, add_config, fused_key = seen.get, config.append, op_keys.fused_key
@@ -94,7 +98,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
                 ins = op.inputs
                 key = (k.type, k.part, kind, len(ins), *map(at, ins), *map(at, op.outputs))
             else:
-                key = fused_key(ops, k, at, by_ops, hold)
+                key, kind = fused_key(ops, k, at, by_ops, hold), -1
             cid = seen_get(key)
             if cid is None:
                 cid = seen[key] = len(seen)
@@ -106,6 +110,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
                 rows.setdefault(group, []).append(_pick(f, names, k.type))
                 members.setdefault(group, []).append(cid)
                 moved.append(f["bytes_read"] + f["bytes_written"])
+                kinds.append(kind)
             add_config(cid)
     config_ids = np.asarray(config, dtype=np.intp)
     moved_per_config = np.asarray(moved, dtype=np.float64)
@@ -113,7 +118,8 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
                         {grp: np.asarray(v, dtype=np.intp) for grp, v in members.items()},
                         config_ids, len(seen),
                         _graph_context(kernels, config_ids, moved_per_config), context_col,
-                        moved_per_config, tuple(sigs), tuple(interned))
+                        moved_per_config, tuple(sigs), tuple(interned),
+                        np.asarray(kinds, dtype=np.intp))
 
 
 def _graph_context(kernels: Sequence[Sequence[Any]], config: np.ndarray,

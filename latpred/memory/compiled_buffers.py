@@ -1,0 +1,185 @@
+"""XNNPACK operators' packed weights and indirection buffers, compiled (numba) over arrays.
+
+A loop-for-loop port of `xnnpack_operators._packed` + `_indirection` (the rules and their
+XNNPACK sources are cited there), for `flat.py`: one call sizes every operator configuration
+of a batch from its type code, attributes and tensor dims, where the Python version builds a
+signature tuple per configuration. tests/test_memory_compiled.py compares the two on random
+signatures; scripts/memory_fast_check.py on every graph of its corpus.
+
+Inputs per operator: `code` (`CODES`), `attrs` (`ATTRS`, from `attr_row`) and three dims rows
+(`DIMS`: rank, the first four dims, the product) for input 0, the weights and output 0. An
+operator whose dims the Python rules would read out of range is reported not ok (the caller
+sizes it in Python, which raises where it raises).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from math import prod
+
+import numpy as np
+from numba import njit
+
+from latpred.memory import xnnpack_operators as xnn_ops
+
+CODES = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 2, "MAX_POOL_2D": 3,
+         "AVERAGE_POOL_2D": 4}
+ATTRS = ("groups", "depth_multiplier", "stride_h", "stride_w", "dilation_w", "filter_h",
+         "filter_w", "same_padding")
+DIMS = ("rank", "d0", "d1", "d2", "d3", "product")
+ALIGNMENT, POINTER = xnn_ops.ALIGNMENT, xnn_ops.POINTER
+FC_NR, IGEMM_NR, NR2_NR = xnn_ops.FC_NR, xnn_ops.IGEMM_NR, xnn_ops.NR2_NR
+assert xnn_ops.IGEMM_MRS == (1, 5) and xnn_ops.NR2_MRS == (1, 5, 10)
+assert xnn_ops.DW_TILES == (3, 4, 9, 25)
+DW_CHANNEL_TILE = xnn_ops.DW_CHANNEL_TILE
+
+
+def attr_row(op_type: str, attrs: tuple) -> tuple[int, ...] | None:
+    """The `ATTRS` an operator's rules read, by the same expressions as `xnnpack_operators`;
+    None for attributes of another form (strides of other than two values, ...): such an
+    operator is sized in Python, which raises where it raises."""
+    try:
+        sig = xnn_ops.OpSignature(op_type, attrs, (), (), ())
+        stride = tuple(sig.attr("stride", (1, 1)))
+        dilation = tuple(sig.attr("dilation", (1, 1)))
+        fh, fw = sig.attr("filter", (1, 1))
+        if len(stride) != 2 or len(dilation) != 2:
+            return None
+        return (int(sig.attr("groups", 1) or 1), int(sig.attr("depth_multiplier", 1) or 1),
+                int(stride[0]), int(stride[1]), int(dilation[1]), int(fh), int(fw),
+                int(sig.attr("padding", "VALID") == "SAME"))
+    except (TypeError, ValueError):
+        return None
+
+
+def dims_rows(shapes: list[tuple]) -> np.ndarray:
+    """`DIMS` rows of shapes: missing dims read 1, dims past the fourth count only in the
+    product (the port checks the rank before it reads a dim)."""
+    n = len(shapes)
+    out = np.empty((n, len(DIMS)), np.int64)
+    out[:, 0] = np.fromiter(map(len, shapes), np.int64, n)
+    out[:, 1:5] = np.fromiter(chain.from_iterable((s + _ONES)[:4] for s in shapes), np.int64,
+                              4 * n).reshape(n, 4)
+    out[:, 5] = out[:, 1:5].prod(axis=1)
+    for i in np.flatnonzero(out[:, 0] > 4).tolist():
+        out[i, 5] = prod(shapes[i])
+    return out
+
+
+_ONES = (1, 1, 1, 1)
+
+
+@njit(cache=True)
+def _align(value, alignment):
+    return -(-value // alignment) * alignment
+
+
+@njit(cache=True)
+def _use_nr2(nr, nr2, channels):
+    over, over2 = (nr - channels % nr) % nr, (nr2 - channels % nr2) % nr2
+    return nr > channels or (over2 < over and over * 100 > channels)
+
+
+@njit(cache=True)
+def _heuristic_mr(rows, nr):
+    """`xnn_ops.heuristic_mr` over the mrs of the config whose nr this is."""
+    if nr == NR2_NR:
+        mrs = (1, 5, 10)
+    else:
+        mrs = (1, 5, 5)      # (1, 5): the repeated 5 changes no choice (ties go to the later)
+    if rows == 0:
+        return mrs[2]
+    for mr in mrs:
+        if rows == mr:
+            return rows
+    best, cost = mrs[2], -1
+    for mr in mrs:
+        c = -(-rows // mr) * (3 * (mr + nr) + mr * nr)
+        if cost < 0 or c <= cost:
+            best, cost = mr, c
+    return best
+
+
+@njit(cache=True)
+def _fc_packed(cin, cout):
+    nr = NR2_NR if _use_nr2(FC_NR, NR2_NR, cout) else FC_NR
+    return _align((cin * 4 + 4) * _align(cout, nr), ALIGNMENT)
+
+
+@njit(cache=True)
+def _dw_tile(kernel_size):
+    for tile in (3, 4, 9, 25):
+        if tile >= kernel_size:
+            return tile
+    return -1
+
+
+@njit(cache=True)
+def _conv(code, a, w, out):
+    """(packed, indirection) of a CONV_2D (code 0) or DEPTHWISE_CONV_2D (1)."""
+    groups_attr, multiplier, sh, sw, dw = a[0], a[1], a[2], a[3], a[4]
+    if code == 0 and w[2] == 1 and w[3] == 1 and sh == 1 and sw == 1 and groups_attr == 1:
+        return _fc_packed(w[4], w[1]), 0          # _runs_as_fc
+    kh, kw = w[2], w[3]
+    pixels = out[2] * out[3]
+    if code == 1:
+        ks, gin, gout, groups = kh * kw, 1, multiplier, w[4] // multiplier
+    else:
+        ks, gin, gout, groups = kh * kw, w[4], w[1] // groups_attr, groups_attr
+    tile = _dw_tile(ks) if gin == 1 and gout == 1 else -1
+    if tile > 0:
+        packed = _align((tile * 4 + 4) * _align(groups, DW_CHANNEL_TILE), ALIGNMENT)
+        oh, ow = out[2], out[3]
+        step_w = sw if dw == 1 else kw
+        step_h = ks + (ow - 1) * step_w * kh
+        return packed, _align((tile - ks + oh * step_h) * POINTER, ALIGNMENT)
+    nr = NR2_NR if gout < IGEMM_NR else IGEMM_NR
+    packed = _align((ks * gin * 4 + 4) * _align(gout, nr) * groups, ALIGNMENT)
+    return packed, ks * _align(pixels, _heuristic_mr(pixels, nr)) * POINTER
+
+
+@njit(cache=True)
+def _pool(code, a, x, out):
+    """Indirection (and divisors) of a MAX_POOL_2D (code 3) or AVERAGE_POOL_2D (4)."""
+    sh, sw, kh, kw, same = a[2], a[3], a[5], a[6], a[7]
+    if kh == 1 and kw == 1:
+        return 0
+    ih, oh, ow = x[2], out[2], out[3]
+    size = kh * kw
+    step_h = size + (ow - 1) * min(sw, kw) * kh
+    if code == 3:
+        return (oh * step_h + size - 1) * POINTER
+    pad_h = max((oh - 1) * sh + kh - ih, 0) if same else 0
+    top = pad_h // 2
+    bottom = pad_h - top
+    rows = -(-top // sh) + -(-bottom // sh) + 1
+    divisors = oh * ow * 4 if same else 0
+    return (rows * step_h + size - 1) * POINTER + divisors
+
+
+@njit(cache=True)
+def op_buffers(code, attrs, x, w, out):
+    """Per operator: packed weights + indirection bytes, and whether the port sized it (False
+    where the Python rules would index a dim that is not there)."""
+    n = len(code)
+    values = np.zeros(n, np.int64)
+    ok = np.ones(n, np.bool_)
+    for i in range(n):
+        c = code[i]
+        if c <= 1:
+            if w[i, 0] != 4 or out[i, 0] < 3:
+                ok[i] = False
+                continue
+            packed, indirection = _conv(c, attrs[i], w[i], out[i])
+            values[i] = packed + indirection
+        elif c == 2:
+            if w[i, 0] < 1:
+                ok[i] = False
+                continue
+            values[i] = _fc_packed(w[i, 5] // max(w[i, 1], 1), w[i, 1])
+        else:
+            if out[i, 0] < 3 or x[i, 0] < 2 or attrs[i, 2] == 0:
+                ok[i] = False
+                continue
+            values[i] = _pool(c, attrs[i], x[i], out[i])
+    return values, ok

@@ -3,8 +3,10 @@
 `predict_many_with_memory` hands over the latency batch (`fast.py`: `xnnpack_totals`;
 `memory_totals` on its own: `graph_totals`); here every graph's ops, wiring and tensors become
 flat arrays (built with C-level walks over the batch, tensor sizes from the batch's interned
-tensors or the graphs' tensor tables), `compiled_graph.plan_batch` plans all graphs, and the
-totals are summed with numpy. Graphs the compiled planner does not cover (Prepare changes an
+tensors or the graphs' tensor tables), `compiled_graph.plan_batch` plans all graphs,
+`compiled_buffers.op_buffers` sizes the operators' packed weights and indirection once per
+configuration (with a batch; per op by signature without), and the totals are summed with
+numpy. Graphs the compiled planner does not cover (Prepare changes an
 allocation type or ends a chunk, an op left to TFLite has temporaries or runs in place, ops
 out of dependency order, more than 16 tied arena tensors) are planned in Python as before, so
 every total equals `memory_totals`' (scripts/memory_fast_check.py).
@@ -38,7 +40,7 @@ _TENSORS, _DTYPE = attrgetter("tensors"), attrgetter("dtype")
 _FLAGS: dict[str, int] = {}
 _ATTR_FACTS: dict[tuple, tuple[bool, bool, bool]] = {}
 _BUFFER_ATTRS: dict[tuple, tuple[int, ...] | None] = {}   # (type, attrs) -> code + attr row
-OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (Python only)
+OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (not a planner bit)
 
 
 def type_flags(op_type: str) -> int:

@@ -19,9 +19,8 @@ on the new device, what differs (HELP and LitePred adapt from as few; nn-Meter r
   and never under STACKED_MIN_ROWS rows; then, with RESIDUAL_MIN_ROWS rows, residual trees on
   what the linear refit leaves, kept where they cross-validate better;
 - `global`: one factor for every kernel type (the one of all kernels together);
-- `auto`: the simplest of these whose end-to-end errors in a cross-validation over the few
-  models (grouped by model, so no model is in its own test fold) are within one standard
-  error (of the paired per-model differences) or 5% of the best's;
+- `auto`: the simplest of these whose end-to-end MAPE in a cross-validation over the few
+  models (grouped by model, so no model is in its own test fold) is within 5% of the best;
   then each kernel type mixed with a regressor trained on the new device's rows alone (a
   Lasso, or small GBDT trees where their blend cross-validates better end to end), by the
   weight whose out-of-fold kernel error is best unless the few models disagree about the gain
@@ -32,8 +31,7 @@ Kernel types the source never measured are trained from the new device's rows al
 fallback Lasso on FLOPs and bytes when too few). The overhead (end to end minus the kernel sum)
 is either the source's, its milliseconds times the common factor (`scaled`), or re-fitted on
 the few models (`refit`, constant under 10 models, as in training); `auto` cross-validates both
-and keeps `scaled` unless `refit` is better by more than AUTO_TOLERANCE and one standard
-error: an overhead learned
+and keeps `scaled` unless `refit` is better by more than AUTO_TOLERANCE: an overhead learned
 from 10-30 small models did not carry to zoo models of 100+ kernels (t1 -> t2: 9.3% against
 the source's scaled, docs/fewshot.md), which folds of those same small models cannot show.
 The result is an ordinary LatencyModel: its adapted types hold an `AdaptedRegressor` that saves

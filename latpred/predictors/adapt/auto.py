@@ -22,10 +22,8 @@ from latpred.predictors.adapt.types import adapt_types
 from latpred.predictors.training import FEATURE_PREFIX, TypeFit, fit_fallback
 
 # From the simplest to the most flexible: `auto` keeps the simplest method whose cross-validated
-# per-model errors are within one standard error of the best method's (or AUTO_TOLERANCE of
-# its MAPE, where larger): the rule of the blend's weights and of `latpred train`'s overhead
-# (`overhead.within_one_se`), as a few models cannot tell apart methods closer than that, and
-# the simpler one carried better to real models (docs/fewshot.md).
+# error is within AUTO_TOLERANCE (relative) of the best, as a few models cannot tell apart
+# methods closer than that, and the simpler one carried better to real models (docs/fewshot.md).
 SIMPLEST_FIRST = ("global", "scale", "residual", "stacked")
 # The source's overhead scaled fits nothing on the few models; a re-fitted one fits one to three
 # coefficients on them.
@@ -70,11 +68,6 @@ class OutOfFold:
     def e2e_mape(self, method: str, over: str, kernel_ms: np.ndarray | None = None) -> float:
         """End-to-end MAPE of per-kernel predictions (by default `method`'s) summed per model
         plus the fold's overhead (`over` fitted with `method`)."""
-        return float(np.mean(self.e2e_errors(method, over, kernel_ms)))
-
-    def e2e_errors(self, method: str, over: str, kernel_ms: np.ndarray | None = None
-                   ) -> np.ndarray:
-        """Per model, the absolute percentage error (as a fraction) of `e2e_mape`."""
         kernel_ms = self.adapted[method] if kernel_ms is None else kernel_ms
         s = np.bincount(self.row_model, weights=kernel_ms, minlength=len(self.models))
         n = self.models["n_kernels"].to_numpy()
@@ -84,7 +77,7 @@ class OutOfFold:
             at = self.fold == f
             pred[at] = s[at] + oh.predict(n[at], s[at], {t: c[at] for t, c in counts.items()})
         y = self.models["latency_ms"].to_numpy()
-        return np.abs(pred - y) / y
+        return float(np.mean(np.abs(pred - y) / y))
 
     def model_type_counts(self) -> dict[str, np.ndarray]:
         """Per kernel type, each model's count of its kernel rows (a typed overhead's input)."""
@@ -156,28 +149,19 @@ def cross_validate(source, kernels: pd.DataFrame, models: pd.DataFrame, target: 
 
 def choose(oof: OutOfFold, methods: Sequence[str], overheads: Sequence[str]
            ) -> tuple[tuple[str, str], dict[str, float], dict[str, float]]:
-    """(method, overhead) by end-to-end errors over the folds: the simplest overhead whose best
-    method is within one standard error (`simplest_within`) of the best of all, then the
-    simplest method within one standard error of the best with that overhead; with the
-    cross-validated MAPE per method (with the chosen overhead) and per overhead (with its best
-    method)."""
-    errors = {(m, o): oof.e2e_errors(m, o) for m in methods for o in overheads}
-    best_of = {o: min(methods, key=lambda m: errors[m, o].mean()) for o in overheads}
-    over = simplest_within({o: errors[best_of[o], o] for o in overheads}, overheads)
-    method = simplest_within({m: errors[m, over] for m in methods}, methods)
-    per_method = {m: float(errors[m, over].mean()) for m in methods}
-    over_cv = {o: float(errors[best_of[o], o].mean()) for o in overheads}
+    """(method, overhead) by end-to-end MAPE over the folds: the simplest overhead whose best
+    method is within AUTO_TOLERANCE of the best of all, then the simplest method within
+    AUTO_TOLERANCE of the best with that overhead; with the cross-validated errors per method
+    (with the chosen overhead) and per overhead (with its best method)."""
+    cv = {(m, o): oof.e2e_mape(m, o) for m in methods for o in overheads}
+    best = min(cv.values())
+    over_cv = {o: min(cv[m, o] for m in methods) for o in overheads}
+    over = next(o for o in overheads if over_cv[o] <= best * (1 + AUTO_TOLERANCE))
+    per_method = {m: cv[m, over] for m in methods}
+    best_m = min(per_method.values())
+    method = next(m for m in methods if per_method[m] <= best_m * (1 + AUTO_TOLERANCE))
     return (method, over), (per_method if len(methods) > 1 else {}), \
         (over_cv if len(overheads) > 1 else {})
-
-
-def simplest_within(errors: dict[str, np.ndarray], simplest_first: Sequence[str]) -> str:
-    """The first of `simplest_first` whose per-model errors are within one standard error of
-    the paired differences (or AUTO_TOLERANCE of the MAPE) of the lowest-MAPE one's."""
-    from latpred.predictors.overhead import within_one_se
-
-    best = errors[min(simplest_first, key=lambda k: errors[k].mean())]
-    return next(k for k in simplest_first if within_one_se(errors[k], best, AUTO_TOLERANCE))
 
 
 def predict_rows(types: dict[str, TypeFit], fallback: TypeFit, kernels: pd.DataFrame

@@ -63,6 +63,8 @@ def _has_own_drift(ds: Dataset, target: str) -> bool:
 def _compare(a: Dataset, b: Dataset, target: str) -> None:
     ma, mb = (d.models(target).query("status == 'ok'").set_index("model_id") for d in (a, b))
     common = ma.index.intersection(mb.index)
+    if common.empty:
+        sys.exit(f"No model of target {target} is measured in both datasets (pass --target).")
     print(f"end to end: {_figures(ma.loc[common, 'latency_ms'].to_numpy(), mb.loc[common, 'latency_ms'].to_numpy())}")
     if "measured_at" in ma and "measured_at" in mb:
         hours = (mb.loc[common, "measured_at"] - ma.loc[common, "measured_at"]) / 3600

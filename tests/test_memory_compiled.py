@@ -220,7 +220,7 @@ def test_compiled_sizer_is_the_python_per_op_sizes():
         return _op_buffers(graphs[g], j - planned.g_ops[g])
 
     chosen = np.array([op.type in flat.xnn_ops._WITH_BUFFERS for op in planned.ops])
-    sized = flat._buffers(chosen, np.full(len(chosen), -1), flat._Sizer(planned, dims, python),
+    sized = flat._buffers(chosen, np.full(len(chosen), -1), flat.cb.Sizer(planned, dims, python),
                           {})
     expected = [_op_buffers(graphs[graph_of[j]], j - planned.g_ops[graph_of[j]]) if c else 0
                 for j, c in enumerate(chosen.tolist())]

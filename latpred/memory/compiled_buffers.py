@@ -6,7 +6,8 @@ of a batch from its type code, attributes and tensor dims, where the Python vers
 signature tuple per configuration. tests/test_memory_compiled.py compares the two on random
 signatures; scripts/memory_fast_check.py on every graph of its corpus.
 
-Inputs per operator: `code` (`CODES`), `attrs` (`ATTRS`, from `attr_row`) and three dims rows
+`Sizer` gathers those inputs from a planned batch for `flat.py`. Inputs per operator: `code`
+(`CODES`), `attrs` (`ATTRS`, from `attr_row`) and three dims rows
 (`DIMS`: rank, the first four dims, the product) for input 0, the weights and output 0. An
 operator whose dims the Python rules would read out of range is reported not ok (the caller
 sizes it in Python, which raises where it raises).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from itertools import chain
 from math import prod
+from typing import Any, Callable
 
 import numpy as np
 from numba import njit
@@ -32,6 +34,7 @@ FC_NR, IGEMM_NR, NR2_NR = xnn_ops.FC_NR, xnn_ops.IGEMM_NR, xnn_ops.NR2_NR
 assert xnn_ops.IGEMM_MRS == (1, 5) and xnn_ops.NR2_MRS == (1, 5, 10)
 assert xnn_ops.DW_TILES == (3, 4, 9, 25)
 DW_CHANNEL_TILE = xnn_ops.DW_CHANNEL_TILE
+_BUFFER_ATTRS: dict[tuple, tuple[int, ...] | None] = {}   # (type, attrs) -> code + attr row
 
 
 def attr_row(op_type: str, attrs: tuple) -> tuple[int, ...] | None:
@@ -183,3 +186,91 @@ def op_buffers(code, attrs, x, w, out):
                 continue
             values[i] = _pool(c, attrs[i], x[i], out[i])
     return values, ok
+
+
+class Sizer:
+    """Packed weights + indirection of the ops of a `flat.Planned` batch (all graphs' ops in
+    a row), by `op_buffers` from each op's type and attributes (read once per kind of op,
+    `FeatureBatch.config_kind`, where the op's configuration is known) and its tensors' dims
+    (`dims(flat tensor indices)`: `DIMS` rows); `python(j)` sizes the ops the port leaves
+    out."""
+
+    def __init__(self, planned: Any, dims: Callable[[np.ndarray], np.ndarray],
+                 python: Callable[[int], int], config_kind: np.ndarray | None = None) -> None:
+        self.planned, self.dims, self.python = planned, dims, python
+        self.config_kind = config_kind
+
+    def __call__(self, reps: np.ndarray, configs: np.ndarray) -> np.ndarray:
+        """Ops `reps` of configurations `configs` (-1: none)."""
+        p = self.planned
+        if not len(reps):
+            return np.zeros(0, np.int64)
+        table, odd = self._attrs(reps, configs)
+        # input 0, input 1 (the weights) and output 0, as flat tensor indices (-1: absent)
+        n_in, n_out = (ptr[reps + 1] - ptr[reps] for ptr in (p.in_ptr, p.out_ptr))
+        odd |= (n_in < 1) | (n_out < 1)
+        base = p.tensors.g_tens[np.searchsorted(p.g_ops, reps, side="right") - 1]
+        x = _at(p.ins, p.in_ptr[reps], n_in > 0)
+        w = _at(p.ins, p.in_ptr[reps] + 1, n_in > 1)
+        o = _at(p.outs, p.out_ptr[reps], n_out > 0)
+        odd |= o < 0
+        local = np.stack((x, w, o))
+        dims = np.zeros(local.shape + (len(DIMS),), np.int64)
+        present = local >= 0
+        if present.any():
+            dims[present] = self.dims((local + base)[present])
+        values, ok = op_buffers(table[:, 0], table[:, 1:], dims[0], dims[1], dims[2])
+        for k in np.flatnonzero(odd | ~ok).tolist():
+            values[k] = self.python(int(reps[k]))
+        return values
+
+    def _attrs(self, reps: np.ndarray, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each op's code and attribute row, and whether it must be sized in Python."""
+        kinds = np.full(len(reps), -1, np.intp)
+        if self.config_kind is not None:
+            known = configs >= 0
+            kinds[known] = self.config_kind[configs[known]]
+        table = np.empty((len(reps), 1 + len(ATTRS)), np.int64)
+        odd = np.zeros(len(reps), np.bool_)
+        by_kind = kinds >= 0
+        if by_kind.any():
+            _, first, back = np.unique(kinds[by_kind], return_index=True, return_inverse=True)
+            rows, rows_odd = _attr_rows(self.planned.ops, reps[by_kind][first])
+            table[by_kind], odd[by_kind] = rows[back.reshape(-1)], rows_odd[back.reshape(-1)]
+        if not by_kind.all():
+            table[~by_kind], odd[~by_kind] = _attr_rows(self.planned.ops, reps[~by_kind])
+        return table, odd
+
+
+def _attr_rows(ops: list, reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_buffer_attrs` of ops `reps` as a table, and which have none (sized in Python)."""
+    rows = [_buffer_attrs(ops[j]) for j in reps.tolist()]
+    odd = np.fromiter((r is None for r in rows), np.bool_, len(rows))
+    table = np.array([r or _NO_ROW for r in rows], np.int64)
+    return table.reshape(len(rows), 1 + len(ATTRS)), odd
+
+
+_NO_ROW = (2,) + (1,) * len(ATTRS)      # a stand-in row for ops sized in Python
+
+
+def _at(values: np.ndarray, index: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """values[index] where `where`, else -1."""
+    out = np.full(len(index), -1, np.int64)
+    out[where] = values[index[where]]
+    return out
+
+
+def _buffer_attrs(op: Any) -> tuple[int, ...] | None:
+    """`CODES` of the op's type, then its `attr_row` (None: sized in Python),
+    once per distinct (type, attributes)."""
+    key = (op.type, op.attrs)
+    try:
+        return _BUFFER_ATTRS[key]
+    except KeyError:
+        pass
+    if len(_BUFFER_ATTRS) > 4096:        # a bound, for spaces of many operator attributes
+        _BUFFER_ATTRS.clear()
+    row = attr_row(op.type, op.attrs)
+    code = CODES.get(op.type)
+    found = _BUFFER_ATTRS[key] = None if row is None or code is None else (code, *row)
+    return found

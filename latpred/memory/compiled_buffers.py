@@ -15,6 +15,7 @@ sizes it in Python, which raises where it raises).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import chain
 from math import prod
 from typing import Any, Callable
@@ -34,7 +35,6 @@ FC_NR, IGEMM_NR, NR2_NR = xnn_ops.FC_NR, xnn_ops.IGEMM_NR, xnn_ops.NR2_NR
 assert xnn_ops.IGEMM_MRS == (1, 5) and xnn_ops.NR2_MRS == (1, 5, 10)
 assert xnn_ops.DW_TILES == (3, 4, 9, 25)
 DW_CHANNEL_TILE = xnn_ops.DW_CHANNEL_TILE
-_BUFFER_ATTRS: dict[tuple, tuple[int, ...] | None] = {}   # (type, attrs) -> code + attr row
 
 
 def attr_row(op_type: str, attrs: tuple) -> tuple[int, ...] | None:
@@ -243,8 +243,8 @@ class Sizer:
 
 
 def _attr_rows(ops: list, reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`_buffer_attrs` of ops `reps` as a table, and which have none (sized in Python)."""
-    rows = [_buffer_attrs(ops[j]) for j in reps.tolist()]
+    """`_code_and_attrs` of ops `reps` as a table, and which have none (sized in Python)."""
+    rows = [_code_and_attrs(ops[j].type, ops[j].attrs) for j in reps.tolist()]
     odd = np.fromiter((r is None for r in rows), np.bool_, len(rows))
     table = np.array([r or _NO_ROW for r in rows], np.int64)
     return table.reshape(len(rows), 1 + len(ATTRS)), odd
@@ -260,17 +260,8 @@ def _at(values: np.ndarray, index: np.ndarray, where: np.ndarray) -> np.ndarray:
     return out
 
 
-def _buffer_attrs(op: Any) -> tuple[int, ...] | None:
-    """`CODES` of the op's type, then its `attr_row` (None: sized in Python),
-    once per distinct (type, attributes)."""
-    key = (op.type, op.attrs)
-    try:
-        return _BUFFER_ATTRS[key]
-    except KeyError:
-        pass
-    if len(_BUFFER_ATTRS) > 4096:        # a bound, for spaces of many operator attributes
-        _BUFFER_ATTRS.clear()
-    row = attr_row(op.type, op.attrs)
-    code = CODES.get(op.type)
-    found = _BUFFER_ATTRS[key] = None if row is None or code is None else (code, *row)
-    return found
+@lru_cache(maxsize=4096)
+def _code_and_attrs(op_type: str, attrs: tuple) -> tuple[int, ...] | None:
+    """`CODES` of the type, then its `attr_row` (None: sized in Python)."""
+    row, code = attr_row(op_type, attrs), CODES.get(op_type)
+    return None if row is None or code is None else (code, *row)

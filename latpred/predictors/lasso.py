@@ -26,7 +26,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso
 
 from latpred.predictors.base import LatencyRegressor, percentage_scale, standardize_fit
-from latpred.predictors.lasso_terms import design_matrix, op_codes_of
+from latpred.predictors.lasso_terms import design_matrix, op_codes_of, packs_reduction
 from latpred.predictors.objective import percentage_weights
 
 
@@ -47,8 +47,10 @@ class PositiveLasso(LatencyRegressor):
         X, y = self._check_fit(X, y)
         names = feature_names if feature_names is not None else self.feature_names_
         self.names_ = None if names is None else [str(n) for n in names]
-        self.op_codes_ = op_codes_of(X, self.names_) if self.design == "physics" else ()
-        X = design_matrix(X, self.names_, self.design, self.op_codes_)
+        physics = self.design == "physics"
+        self.op_codes_ = op_codes_of(X, self.names_) if physics else ()
+        self.packed_ = physics and packs_reduction(X, self.names_)
+        X = design_matrix(X, self.names_, self.design, self.op_codes_, self.packed_)
         self.mean_, self.scale_ = standardize_fit(X)
         s = percentage_scale(y)
         lasso = Lasso(alpha=self.alpha, positive=True, max_iter=self.max_iter, tol=self.tol)
@@ -62,7 +64,8 @@ class PositiveLasso(LatencyRegressor):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        X = design_matrix(self._check_predict(X), self.names_, self.design, self.op_codes_)
+        X = design_matrix(self._check_predict(X), self.names_, self.design, self.op_codes_,
+                          self.packed_)
         # A linear model can undershoot zero for the smallest kernels; a latency cannot.
         return np.maximum(((X - self.mean_) / self.scale_) @ self.coef_ + self.intercept_, 0.0)
 
@@ -70,7 +73,7 @@ class PositiveLasso(LatencyRegressor):
         weights = {"mean": self.mean_.tolist(), "scale": self.scale_.tolist(),
                    "coef": self.coef_.tolist(), "intercept": self.intercept_,
                    "design": self.design, "names": self.names_,
-                   "op_codes": list(self.op_codes_)}
+                   "op_codes": list(self.op_codes_), "packed": self.packed_}
         return json.dumps(weights).encode(), self.hyperparameters()
 
     @classmethod
@@ -81,6 +84,7 @@ class PositiveLasso(LatencyRegressor):
         est = cls(**{**params, "design": w.get("design", "raw")})
         est.names_ = w.get("names")
         est.op_codes_ = tuple(w.get("op_codes", ()))  # weights from before per-op terms: none
+        est.packed_ = bool(w.get("packed", False))    # and before packed-reduction terms
         est.mean_ = np.asarray(w["mean"], dtype=np.float64)
         est.scale_ = np.asarray(w["scale"], dtype=np.float64)
         est.coef_ = np.asarray(w["coef"], dtype=np.float64)
@@ -90,7 +94,7 @@ class PositiveLasso(LatencyRegressor):
             raise ValueError("lasso weights have inconsistent lengths")
         est.n_features_in_ = len(est.names_) if est.names_ is not None else n
         width = design_matrix(np.zeros((1, est.n_features_in_)), est.names_, est.design,
-                              est.op_codes_).shape[1]
+                              est.op_codes_, est.packed_).shape[1]
         if width != n:
             raise ValueError("lasso weights do not match their design")
         return est

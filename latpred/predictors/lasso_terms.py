@@ -19,6 +19,17 @@ to end; with these terms, 14% and 11%. The `physics` design keeps the raw column
 - `flops@ws><b>`, `bytes@ws><b>`: FLOPs and bytes moved of kernels whose bytes read + written
   exceed b (64 KiB, 256 KiB, 1 MiB, 4 MiB: cache-sized knots), zero below: a cost per FLOP
   and per byte that steps up as the working set spills out of each cache level.
+- `flops@kpad<t>` (convolutions that are not depthwise, only where the rows are quantized:
+  `packs_reduction`): FLOPs with the input channels per group rounded up to a multiple of t
+  (4, 8, 16). XNNPACK's quantized GEMM and IGEMM micro-kernels take the reduction kr bytes at
+  a time and pack the weights' input channels to a multiple of kr (x86 AVX512-VNNI QS8 QC8W
+  kernels 7x16c8: log2_kr = 3, XNNPACK bench/qs8-qc8w-gemm-e2e.cc; the c8 kernels round kc
+  up, `kc = round_up_po2(kc, 8 * sizeof(int8_t))`); its f32 kernels have kr = 1. A 3-channel
+  stem convolution in int8 runs ~3.5x the time per FLOP of a 32-channel one (second VM,
+  int8 synthetic set; fp32 1.3x). Without the terms, the few 3-channel stems of a NAS space
+  set the cost of their whole window/stride class: a fit on 30 int8 synthetic models priced
+  the zoo's other 3x3 stride-2 convolutions 46% too slow and its 7x7 3-channel stems 62% too
+  fast (docs/fewshot.md).
 - `@<OP>`, `bytes@<OP>` (kernel types with an `op_code` column, which gather different ops):
   1 and the bytes moved when the kernel runs that op, zero otherwise, for each op the training
   rows run (`op_codes_of`; the fitted model stores the list), so each op gets its own call
@@ -26,8 +37,8 @@ to end; with these terms, 14% and 11%. The `physics` design keeps the raw column
   itself is an identity, not a cost: it is left out.
 
 Every term is a non-negative cost, so the family's non-negative weights keep their meaning.
-The design is a pure function of the column names and the training ops, which the fitted model
-stores; `raw` (the paper's design) is the columns as they are.
+The design is a pure function of the column names, the training ops and whether the training
+rows are quantized, which the fitted model stores; `raw` (the paper's design) is the columns as they are.
 """
 
 from __future__ import annotations
@@ -39,6 +50,10 @@ import numpy as np
 DESIGNS = ("raw", "physics")
 WINDOWS = (1, 9, 25, 49)
 SIMD_TILES = (4, 8, 16)
+# Weights of at most this many bytes an element (median over the rows) are quantized: int8
+# weights count 1 byte (their int32 bias too under an int8 target, `features.operation`),
+# fp16 2, fp32 4.
+QUANTIZED_BYTES = 1.5
 WORKING_SET_KNOTS = (64 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
 
 Column = Callable[[str], np.ndarray]
@@ -66,6 +81,28 @@ def _simd_padding(col: Column, names: Sequence[str]) -> dict[str, np.ndarray]:
     if "groups" in names:   # and pays a call per group and output position
         terms["pixels*groups"] = col("output_h") * col("output_w") * groups
     return terms
+
+
+def _packed_reduction(col: Column, names: Sequence[str]) -> dict[str, np.ndarray]:
+    groups = np.maximum(col("groups"), 1) if "groups" in names else 1.0
+    channels = col("input_c") / groups
+    per_channel = col("flops") / np.maximum(channels, 1)
+    return {f"flops@kpad{t}": per_channel * np.ceil(channels / t) * t for t in SIMD_TILES}
+
+
+def packs_reduction(X: np.ndarray, names: Sequence[str] | None) -> bool:
+    """Whether the rows are convolutions (not depthwise) whose weights are quantized, so the
+    runtime packs their input channels in blocks (the `flops@kpad<t>` terms)."""
+    need = {"flops", "input_c", "filters", "kernel_h", "kernel_w", "param_bytes"}
+    if names is None or not need <= set(names) or "depth_multiplier" in names or not len(X):
+        return False
+    index = {n: i for i, n in enumerate(names)}
+    groups = np.maximum(X[:, index["groups"]], 1) if "groups" in index else 1.0
+    weights = (X[:, index["filters"]] * X[:, index["kernel_h"]] * X[:, index["kernel_w"]]
+               * X[:, index["input_c"]] / groups)
+    ok = weights > 0
+    return bool(ok.any() and np.median(X[ok, index["param_bytes"]] / weights[ok])
+                <= QUANTIZED_BYTES)
 
 
 def _working_set(col: Column) -> dict[str, np.ndarray]:
@@ -98,8 +135,8 @@ def _per_op(col: Column, op_codes: Sequence[int]) -> dict[str, np.ndarray]:
     return out
 
 
-def _physics_terms(X: np.ndarray, names: Sequence[str], op_codes: Sequence[int]
-                   ) -> dict[str, np.ndarray]:
+def _physics_terms(X: np.ndarray, names: Sequence[str], op_codes: Sequence[int],
+                   packed: bool = False) -> dict[str, np.ndarray]:
     index = {n: i for i, n in enumerate(names)}
 
     def col(name: str) -> np.ndarray:
@@ -114,6 +151,8 @@ def _physics_terms(X: np.ndarray, names: Sequence[str], op_codes: Sequence[int]
         channel = "input_c" if "depth_multiplier" in have else "filters"
         if {channel, "output_h", "output_w"} <= have:
             terms.update(_simd_padding(col, names))
+        if packed and "depth_multiplier" not in have and "input_c" in have:
+            terms.update(_packed_reduction(col, names))
     if {"flops", "bytes_read", "bytes_written"} <= have:
         terms.update(_working_set(col))
     if op_codes and {"op_code", "bytes_read", "bytes_written"} <= have:
@@ -122,17 +161,17 @@ def _physics_terms(X: np.ndarray, names: Sequence[str], op_codes: Sequence[int]
 
 
 def design_matrix(X: np.ndarray, names: Sequence[str] | None, design: str,
-                  op_codes: Sequence[int] = ()) -> np.ndarray:
+                  op_codes: Sequence[int] = (), packed: bool = False) -> np.ndarray:
     """X (columns named `names`) expanded into the design's columns (per-op terms for
-    `op_codes`).
+    `op_codes`; the packed-reduction terms where `packed`, see `packs_reduction`).
 
     Without names (a bare matrix) only the raw design is possible, and that is what is used.
     """
-    return np.column_stack(list(_build(X, names, design, op_codes).values()))
+    return np.column_stack(list(_build(X, names, design, op_codes, packed).values()))
 
 
 def _build(X: np.ndarray, names: Sequence[str] | None, design: str,
-           op_codes: Sequence[int] = ()) -> dict[str, np.ndarray]:
+           op_codes: Sequence[int] = (), packed: bool = False) -> dict[str, np.ndarray]:
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {', '.join(DESIGNS)}, not {design!r}")
     if names is not None and len(names) != X.shape[1]:
@@ -142,4 +181,4 @@ def _build(X: np.ndarray, names: Sequence[str] | None, design: str,
     if design == "raw" or names is None:
         return raw
     raw.pop("op_code", None)
-    return {**raw, **_physics_terms(X, names, op_codes)}
+    return {**raw, **_physics_terms(X, names, op_codes, packed)}

@@ -38,7 +38,8 @@ to end; with these terms, 14% and 11%. The `physics` design keeps the raw column
 
 Every term is a non-negative cost, so the family's non-negative weights keep their meaning.
 The design is a pure function of the column names, the training ops and whether the training
-rows are quantized, which the fitted model stores; `raw` (the paper's design) is the columns as they are.
+rows are quantized, which the fitted model stores; `raw` (the paper's design) is the columns as
+they are.
 """
 
 from __future__ import annotations

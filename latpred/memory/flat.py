@@ -74,6 +74,11 @@ def _ptr(lengths) -> np.ndarray:
     return ptr
 
 
+def op_offsets(graphs: Sequence[Graph]) -> np.ndarray:
+    """Each graph's first op in all graphs' ops in a row (and one past the last)."""
+    return _ptr(map(len, map(_OPS, graphs)))
+
+
 def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
     """Offsets and concatenated values of a list of int sequences."""
     ptr = _ptr(map(len, lists))
@@ -89,7 +94,8 @@ def _op_attrs(ops: list, flags: np.ndarray, kinds: np.ndarray | None) -> tuple[n
     at = np.flatnonzero(flags & (cg.OP_POOL | cg.OP_SOFTMAX))
     by_kind: dict[int, tuple[bool, bool, bool]] = {}
     facts = []
-    for j, kind in zip(at.tolist(), (kinds[at] if kinds is not None else at * 0 - 1).tolist()):
+    known = kinds[at] if kinds is not None else np.full(len(at), -1)
+    for j, kind in zip(at.tolist(), known.tolist()):
         found = by_kind.get(kind) if kind >= 0 else None
         if found is None:
             found = _facts(ops[j])
@@ -209,11 +215,12 @@ class Planned(NamedTuple):
 
 
 def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None,
-         op_kind: np.ndarray | None = None) -> Planned:
+         op_kind: np.ndarray | None = None, g_ops: np.ndarray | None = None) -> Planned:
     """Every graph's partitions, arena and workspace in one compiled call (`wiring`: the
-    graphs' ops, recorded before; else walked here; `op_kind`: see `_op_attrs`)."""
+    graphs' ops, recorded before; else walked here; `op_kind`: see `_op_attrs`; `g_ops`:
+    `op_offsets(graphs)` where the caller has them)."""
     wiring = wiring or Wiring().walk(graphs)
-    g_ops = _ptr(map(len, map(_OPS, graphs)))
+    g_ops = op_offsets(graphs) if g_ops is None else g_ops
     if len(wiring.ops) != g_ops[-1]:
         raise ValueError("the recorded wiring is not these graphs'")
     for op_type in set(wiring.types).difference(_FLAGS):
@@ -236,8 +243,10 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     """`memory_totals(graphs)` with XNNPACK, from a FeatureBatch of the graphs' `kernels`
     (`wiring`: their ops, recorded while the batch was built)."""
     tensors, key_ids = batch_tensors(graphs, batch)
-    op_cfg = _op_configs(kernels, batch, _ptr(map(len, map(_OPS, graphs))))
-    planned = plan(graphs, tensors, wiring, np.where(op_cfg >= 0, batch.config_kind[op_cfg], -1))
+    g_ops = op_offsets(graphs)
+    op_cfg = _op_configs(kernels, batch, g_ops)
+    planned = plan(graphs, tensors, wiring, np.where(op_cfg >= 0, batch.config_kind[op_cfg], -1),
+                   g_ops)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
     keys = batch.tensor_keys
     shapes = _Shapes(keys, key_ids, tensors.g_tens, graph_of)

@@ -75,20 +75,26 @@ def _simd_padding(col: Column, names: Sequence[str]) -> dict[str, np.ndarray]:
     if "depth_multiplier" in names:
         channels, groups = col("input_c"), 1.0
     else:   # a grouped convolution runs one GEMM per group over its filters / groups outputs
-        groups = np.maximum(col("groups"), 1) if "groups" in names else 1.0
+        groups = _groups(col, names)
         channels = col("filters") / groups
-    per_channel = col("flops") / np.maximum(channels, 1)
-    terms = {f"flops@pad{t}": per_channel * np.ceil(channels / t) * t for t in SIMD_TILES}
+    terms = _padded(col("flops"), channels, "flops@pad")
     if "groups" in names:   # and pays a call per group and output position
         terms["pixels*groups"] = col("output_h") * col("output_w") * groups
     return terms
 
 
 def _packed_reduction(col: Column, names: Sequence[str]) -> dict[str, np.ndarray]:
-    groups = np.maximum(col("groups"), 1) if "groups" in names else 1.0
-    channels = col("input_c") / groups
-    per_channel = col("flops") / np.maximum(channels, 1)
-    return {f"flops@kpad{t}": per_channel * np.ceil(channels / t) * t for t in SIMD_TILES}
+    return _padded(col("flops"), col("input_c") / _groups(col, names), "flops@kpad")
+
+
+def _groups(col: Column, names: Sequence[str]) -> np.ndarray | float:
+    return np.maximum(col("groups"), 1) if "groups" in names else 1.0
+
+
+def _padded(flops: np.ndarray, channels: np.ndarray, prefix: str) -> dict[str, np.ndarray]:
+    """FLOPs with `channels` rounded up to each of SIMD_TILES."""
+    per_channel = flops / np.maximum(channels, 1)
+    return {f"{prefix}{t}": per_channel * np.ceil(channels / t) * t for t in SIMD_TILES}
 
 
 def packs_reduction(X: np.ndarray, names: Sequence[str] | None) -> bool:
@@ -97,13 +103,17 @@ def packs_reduction(X: np.ndarray, names: Sequence[str] | None) -> bool:
     need = {"flops", "input_c", "filters", "kernel_h", "kernel_w", "param_bytes"}
     if names is None or not need <= set(names) or "depth_multiplier" in names or not len(X):
         return False
-    index = {n: i for i, n in enumerate(names)}
-    groups = np.maximum(X[:, index["groups"]], 1) if "groups" in index else 1.0
-    weights = (X[:, index["filters"]] * X[:, index["kernel_h"]] * X[:, index["kernel_w"]]
-               * X[:, index["input_c"]] / groups)
+    col = _columns(X, names)
+    weights = (col("filters") * col("kernel_h") * col("kernel_w") * col("input_c")
+               / _groups(col, names))
     ok = weights > 0
-    return bool(ok.any() and np.median(X[ok, index["param_bytes"]] / weights[ok])
+    return bool(ok.any() and np.median(col("param_bytes")[ok] / weights[ok])
                 <= QUANTIZED_BYTES)
+
+
+def _columns(X: np.ndarray, names: Sequence[str]) -> Column:
+    index = {n: i for i, n in enumerate(names)}
+    return lambda name: X[:, index[name]]
 
 
 def _working_set(col: Column) -> dict[str, np.ndarray]:
@@ -138,11 +148,7 @@ def _per_op(col: Column, op_codes: Sequence[int]) -> dict[str, np.ndarray]:
 
 def _physics_terms(X: np.ndarray, names: Sequence[str], op_codes: Sequence[int],
                    packed: bool = False) -> dict[str, np.ndarray]:
-    index = {n: i for i, n in enumerate(names)}
-
-    def col(name: str) -> np.ndarray:
-        return X[:, index[name]]
-
+    col = _columns(X, names)
     have = set(names)
     terms: dict[str, np.ndarray] = {}
     if {"output_h", "output_w"} <= have:
@@ -152,7 +158,7 @@ def _physics_terms(X: np.ndarray, names: Sequence[str], op_codes: Sequence[int],
         channel = "input_c" if "depth_multiplier" in have else "filters"
         if {channel, "output_h", "output_w"} <= have:
             terms.update(_simd_padding(col, names))
-        if packed and "depth_multiplier" not in have and "input_c" in have:
+        if packed:      # only ever fitted where packs_reduction found the columns
             terms.update(_packed_reduction(col, names))
     if {"flops", "bytes_read", "bytes_written"} <= have:
         terms.update(_working_set(col))

@@ -102,6 +102,27 @@ def test_adapted_predictor_saves_loads_and_refuses_a_tampered_source(pair, tmp_p
         LatencyModel.load(tmp_path / "p")
 
 
+def test_residual_trees_are_kept_only_where_held_out_models_say_they_help():
+    """`residual`'s trees on measured / scaled prediction, checked by folds grouped by model:
+    a ratio that follows a feature keeps them; a ratio that is noise around the factor drops
+    them (on t2 such trees priced the zoo's small models 10-14% too slow)."""
+    from latpred.predictors.adapt.types import _residual_if_better
+
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(12), 20)
+    X = pd.DataFrame({"f": rng.uniform(0, 10, 240), "g": rng.uniform(0, 10, 240)})
+    p = rng.uniform(0.1, 2.0, 240)
+    follows = p * np.where(X["f"] > 5, 1.5, 0.8) * rng.lognormal(0, 0.03, 240)
+    trees, cv = _residual_if_better(groups, X, p, follows, 0)
+    factor_error = np.sum(np.abs(p - follows)) / np.sum(follows)
+    assert trees is not None and cv < factor_error / 3
+    assert np.mean(np.abs(p * trees.predict(X) - follows) / follows) < 0.05
+    noise = p * rng.lognormal(0, 0.1, 240)
+    trees, cv = _residual_if_better(groups, X, p, noise, 0)
+    assert trees is None and cv >= np.sum(np.abs(p - noise)) / np.sum(noise)
+    assert _residual_if_better(groups[:40] % 2, X[:40], p[:40], follows[:40], 0) == (None, None)
+
+
 def test_stacked_refits_on_the_source_prediction_and_round_trips(pair, tmp_path):
     """`stacked`: per type with rows enough, the linear family on the type's features plus the
     scaled source prediction; as good as the factor here (the new device is a factor per type)

@@ -9,8 +9,9 @@ on the new device, what differs (HELP and LitePred adapt from as few; nn-Meter r
   kernel latencies and the source's predictions (it minimises Eq. 1's squared percentage error
   in closed form), shrunk towards the factor of all kernels together when a type has few rows;
 - `residual`: the factor, then a small, heavily regularised GBDT per kernel type on what is
-  left (the ratio measured / scaled prediction, from the type's own features): the trees are
-  fine-tuned on the residuals instead of retrained;
+  left (the ratio measured / scaled prediction, from the type's own features), kept for a
+  type where folds grouped by model say they beat the factor: the trees are fine-tuned on
+  the residuals instead of retrained;
 - `stacked`: the linear family (non-negative cost terms, predictors/lasso_terms) refitted on
   the new device's rows of a type, with the scaled source prediction as one more cost column:
   the source's shape where it carries, the type's own FLOPs / bytes / cache terms where the

@@ -59,12 +59,12 @@ def adapt_types(source, kernels: pd.DataFrame, target: str, method: str, seed: i
         own = factor(p, t)
         scale = w * own + (1 - w) * overall
         src = source.types[ktype]
-        residual = None
+        residual, residual_cv = None, None
         X = pd.DataFrame(rows[[FEATURE_PREFIX + f for f in src.features]].to_numpy(np.float64),
                          columns=list(src.features))
         if method == "residual" and len(idx) >= RESIDUAL_MIN_ROWS:
-            residual = ratio_trees(X, t / (p * scale), seed, **RESIDUAL_TREES,
-                                   min_child_samples=max(10, len(idx) // 10))
+            residual, residual_cv = _residual_if_better(rows["model_id"].to_numpy(), X,
+                                                        p * scale, t, seed)
         reg = AdaptedRegressor(src.regressor, scale, residual,
                                _feature_scale(src.features, ratio))
         stacked_cv, trees_cv = None, None
@@ -77,6 +77,7 @@ def adapt_types(source, kernels: pd.DataFrame, target: str, method: str, seed: i
         fits[ktype] = TypeFit(ktype, src.features, reg, {
             "n_rows": int(len(idx)), "scale": float(scale), "type_factor": own,
             "common_factor": overall, "residual": residual is not None,
+            "residual_cv_error": residual_cv,
             "stacked": isinstance(reg, StackedRegressor), "stacked_cv_mape": stacked_cv,
             "stacked_trees": isinstance(reg, StackedRegressor) and reg.residual is not None,
             "stacked_trees_cv_mape": trees_cv,
@@ -132,6 +133,29 @@ def ratio_trees(X: pd.DataFrame, ratio: np.ndarray, seed: int, **settings):
     from latpred.predictors.gbdt import PercentGBDT
 
     return PercentGBDT(**settings, random_state=seed).fit(X, ratio)
+
+
+def _residual_if_better(groups: np.ndarray, X: pd.DataFrame, p: np.ndarray, y: np.ndarray,
+                        seed: int) -> tuple[LatencyRegressor | None, float | None]:
+    """`residual`'s trees on measured / scaled prediction `p` (RESIDUAL_TREES), kept where
+    their 3-fold CV grouped by model (`groups`) has less time-weighted kernel error
+    (sum |p r - y| / sum y, what the end-to-end latency adds up) than the factor alone on the
+    same rows; else None. Fitted on every type of 40+ rows, trees learned on 30 synthetic t2
+    models (about half of them no better than the factor on held-out models) priced the zoo's
+    small models' kernels 10-14% too slow (docs/fewshot.md, session 17)."""
+    from sklearn.model_selection import GroupKFold
+
+    if len(set(groups)) < 3:
+        return None, None
+    settings = dict(RESIDUAL_TREES, min_child_samples=max(10, len(y) // 10))
+    fitted = np.empty_like(p)
+    for a, b in GroupKFold(3).split(X, groups=groups):
+        trees = ratio_trees(X.iloc[a], y[a] / p[a], seed, **settings)
+        fitted[b] = p[b] * trees.predict(X.iloc[b])
+    cv = float(np.sum(np.abs(fitted - y)) / np.sum(y))
+    if cv >= float(np.sum(np.abs(p - y)) / np.sum(y)):
+        return None, cv
+    return ratio_trees(X, y / p, seed, **settings), cv
 
 
 def _stacked_if_better(ktype: str, rows: pd.DataFrame, X: pd.DataFrame, base: AdaptedRegressor,

@@ -143,19 +143,30 @@ def _residual_if_better(groups: np.ndarray, X: pd.DataFrame, p: np.ndarray, y: n
     same rows; else None. Fitted on every type of 40+ rows, trees learned on 30 synthetic t2
     models (about half of them no better than the factor on held-out models) priced the zoo's
     small models' kernels 10-14% too slow (docs/fewshot.md, session 17)."""
-    from sklearn.model_selection import GroupKFold
-
-    if len(set(groups)) < 3:
-        return None, None
     settings = dict(RESIDUAL_TREES, min_child_samples=max(10, len(y) // 10))
-    fitted = np.empty_like(p)
-    for a, b in GroupKFold(3).split(X, groups=groups):
-        trees = ratio_trees(X.iloc[a], y[a] / p[a], seed, **settings)
-        fitted[b] = p[b] * trees.predict(X.iloc[b])
-    cv = float(np.sum(np.abs(fitted - y)) / np.sum(y))
+    oof = _out_of_fold_trees(groups, X, p, y, seed, settings)
+    if oof is None:
+        return None, None
+    cv = float(np.sum(np.abs(oof[0] - y)) / np.sum(y))
     if cv >= float(np.sum(np.abs(p - y)) / np.sum(y)):
         return None, cv
     return ratio_trees(X, y / p, seed, **settings), cv
+
+
+def _out_of_fold_trees(groups: np.ndarray, X: pd.DataFrame, p: np.ndarray, y: np.ndarray,
+                       seed: int, settings: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """Ratio trees (`settings`) on y / p in a 3-fold cross-validation grouped by model
+    (`groups`): per row its out-of-fold prediction p * trees(X) and its fold; None under three
+    models."""
+    from sklearn.model_selection import GroupKFold
+
+    if len(set(groups)) < 3:
+        return None
+    fitted, fold = np.empty_like(p), np.empty(len(p), np.int64)
+    for k, (a, b) in enumerate(GroupKFold(3).split(X, groups=groups)):
+        trees = ratio_trees(X.iloc[a], y[a] / p[a], seed, **settings)
+        fitted[b], fold[b] = p[b] * trees.predict(X.iloc[b]), k
+    return fitted, fold
 
 
 def _stacked_if_better(ktype: str, rows: pd.DataFrame, X: pd.DataFrame, base: AdaptedRegressor,
@@ -183,16 +194,12 @@ def _trees_if_better(groups: np.ndarray, X: pd.DataFrame, reg: StackedRegressor,
     their 3-fold CV grouped by model (`groups`) beats the stacked fit's own kernel MAPE on the
     rows. The linear terms miss interactions a tree finds (int8 convolutions from 30 models:
     conv2d 15.1% -> 8.5% per kernel on held-out models)."""
-    from sklearn.model_selection import GroupKFold
-
-    if len(set(groups)) < 3:
-        return reg, None
     p = reg.predict(X.to_numpy())
-    errors = []
-    for a, b in GroupKFold(3).split(X, groups=groups):
-        trees = ratio_trees(X.iloc[a], y[a] / p[a], seed, **STACKED_TREES)
-        errors.append(np.mean(np.abs(p[b] * trees.predict(X.iloc[b]) - y[b]) / y[b]))
-    cv = float(np.mean(errors))
+    oof = _out_of_fold_trees(groups, X, p, y, seed, STACKED_TREES)
+    if oof is None:
+        return reg, None
+    ape, fold = np.abs(oof[0] - y) / y, oof[1]
+    cv = float(np.mean([np.mean(ape[fold == k]) for k in range(3)]))   # the folds' mean
     if cv >= float(np.mean(np.abs(p - y) / y)):
         return reg, cv
     return StackedRegressor(reg.base, reg.head, ratio_trees(X, y / p, seed, **STACKED_TREES)), cv

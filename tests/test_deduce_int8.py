@@ -89,3 +89,35 @@ def test_a_declined_convolution_keeps_its_pad_apart():
     g2 = dataclasses.replace(g, ops=(g.ops[0], tanh))
     assert y == g2.ops[1].outputs[0]
     assert [k.type for k in deduce(g2, INT8)] == ["pad", "builtin_conv2d"]
+
+
+def _lookup_graph() -> Graph:
+    b = GraphBuilder("int8 lookups")
+    x = b.swish(b.conv2d(b.input((1, 16, 16, 8)), 16, 3))             # LOGISTIC, MUL: one
+    x = b.squeeze_excite(x)                                           # its gate stays alone
+    x = b.squeeze_excite(x, gate="hard_sigmoid")                      # ADD(3), MUL(1/6): one
+    y = b.swish(x)
+    b.output(b.add(y, b.swish(x)))   # x feeds two chains; each swish output is one value
+    return b.build()
+
+
+def test_an_int8_element_wise_chain_is_one_table_lookup():
+    g = _lookup_graph()
+    kernels = deduce(g, INT8)
+    chains = [tuple(g.ops[i].type for i in k.ops) for k in kernels if len(k.ops) > 1]
+    assert chains == [("LOGISTIC", "MUL"), ("ADD", "MUL"), ("LOGISTIC", "MUL"),
+                      ("LOGISTIC", "MUL")]
+    assert all(k.type == "activation" and k.multithreaded and "table lookup" in k.rule
+               for k in kernels if len(k.ops) > 1)
+    gates = [k for k in kernels if len(k.ops) == 1 and g.ops[k.main_op].type == "LOGISTIC"]
+    assert len(gates) == 1   # the sigmoid gate's MUL takes the features too: no chain
+    covered = sorted(i for k in kernels for i in k.ops)
+    assert covered == list(range(len(g.ops)))   # every op in exactly one kernel
+    # float targets run each op alone (the pass wants 8-bit values)
+    assert all(len(k.ops) == 1 for k in deduce(g, FP32))
+    # described as the 8-bit sigmoid the training sets measure: the same lookup kernel
+    hard = next(k for k in kernels if g.ops[k.main_op].type == "ADD" and len(k.ops) > 1)
+    sig = next(k for k in kernels if len(k.ops) > 1)
+    f, f_sig = kernel_features(g, hard, INT8), kernel_features(g, sig, INT8)
+    assert f["op_code"] == f_sig["op_code"] and f["param_bytes"] == 0
+    assert f["bytes_read"] == f["bytes_written"]   # its input, not the scalar too

@@ -38,3 +38,21 @@ def test_builtin_kernels_are_the_ops_litert_leaves_to_tflite():
         seen |= {quantized.ops[i].type for i in on_tflite}
     assert {"RELU", "RELU6", "HARD_SWISH", "AVERAGE_POOL_2D", "MAX_POOL_2D", "SPLIT_V",
             "SOFTMAX"} <= seen
+
+
+def test_int8_lookup_chains_are_the_runtimes_fused_unary_ops():
+    """XNNPACK's 8-bit LUT fusion (deduce.xnnpack_int8.lut_chains): the profiler reports one
+    "Invalid Unary Op" per deduced chain, and attribution gives each chain's kernel its time."""
+    from latpred.profile.litert_profiler import profile_ops
+    from latpred.profile.op_attribution import attribute_to_graph
+    from latpred.zoo import build
+
+    for name, chains in (("efficientnet_b0", 49), ("mobilenet_v3_small", 9)):
+        data = write_tflite(build(name), precision="int8", seed=0)
+        profile = profile_ops(data, runs=1, warmup=0)
+        graph = read_tflite(data)
+        kernels = deduce(graph, "host/cpu/int8/t1")
+        luts = [k for k in kernels if len(k.ops) > 1]
+        assert len(luts) == chains == sum(op.name == "Invalid Unary Op" for op in profile.ops)
+        timed = {t.op_index for t in attribute_to_graph(graph, profile) if t.events}
+        assert all(timed & set(k.ops) for k in luts)   # one op of each chain holds the lookup

@@ -1,4 +1,6 @@
-"""The CPU path: one operation is one kernel, with its fused activation inside it.
+"""The CPU path: one operation is one kernel, with its fused activation inside it (but a zero
+PAD folded into the convolution after it, and an 8-bit element-wise chain XNNPACK runs as one
+table lookup).
 
 TFLite runs a model's operations one after another; threads only split the work of a single
 operation, and only for the op types the runtime parallelises (section 3.1.1 of the
@@ -38,12 +40,17 @@ def deduce_cpu(graph: Graph, rules: CpuRuleSet, precision: str | None = None) ->
     folded = {c: p for c, p in _folded_pads(graph).items() if not (whys and whys[c])} \
         if rules.fuses_pad else {}
     skip = set(folded.values())
+    luts = _lut_chains(graph, whys, precision)
+    for chain in luts.values():
+        skip.update(chain[1:])
     plain = _plain_kernels(rules)
     kernels = []
     for i, (op, ktype) in enumerate(zip(graph.ops, _cpu_types(graph, rules))):
         if i in skip:
             continue
-        if whys and whys[i]:
+        if i in luts:
+            kernels.append(_lut(luts[i], tuple(graph.ops[j].type for j in luts[i]), rules))
+        elif whys and whys[i]:
             kernels.append(_builtin(_builtin_type(ktype), i, op.type, rules, whys[i]))
         elif i in folded:
             kernels.append(_with_pad(ktype, i, folded[i], op.type, rules))
@@ -78,6 +85,24 @@ def _builtin_whys(graph: Graph, rules: CpuRuleSet, precision: str | None) -> lis
     if not rules.int8_declines or not xi.may_quantize(graph, precision):
         return None
     return [_builtin_why(graph, op, rules, precision) for op in graph.ops]
+
+
+def _lut_chains(graph: Graph, whys: list[str] | None, precision: str | None
+                ) -> dict[int, tuple[int, ...]]:
+    """First op -> the chain of 8-bit element-wise ops XNNPACK runs as one table lookup
+    (`xnnpack_int8.lut_chains`); none in a float graph on a float target."""
+    if whys is None:
+        return {}
+    in_xnnpack = [not w and xi.quantized(graph, op, precision) for op, w in zip(graph.ops, whys)]
+    return {chain[0]: chain for chain in xi.lut_chains(graph, in_xnnpack)}
+
+
+@lru_cache(maxsize=1 << 12)
+def _lut(chain: tuple[int, ...], op_types: tuple[str, ...], rules: CpuRuleSet) -> Kernel:
+    # An activation kernel: XNNPACK runs 8-bit unary ops (LOGISTIC, TANH) as the same lookup
+    return Kernel("activation", chain, "cpu", f"activation: {' -> '.join(op_types)} on 8-bit "
+                  f"tensors fused into one table lookup, multithreaded ({rules.label}; "
+                  "XNNPACK's xnn_subgraph_fuse_unary_quantized_into_lut)", True)
 
 
 def _cpu_types(graph: Graph, rules: CpuRuleSet) -> list[str]:

@@ -134,3 +134,66 @@ def _scale_range(graph: Graph, op: Op, inputs: list[int], low: float, high: floa
     if not low <= ratio < high:
         return f"{op.type} input-to-output scale {ratio:.3g} outside [{low:.3g}, {high:g})"
     return ""
+
+
+# XNNPACK's `xnn_subgraph_fuse_unary_quantized_into_lut` (google/XNNPACK src/subgraph.c at
+# 75db3c0, 2026-08-21; run by `xnn_subgraph_optimize` right after `xnn_subgraph_fusion`) turns
+# a chain of "pure unary" element-wise nodes that starts on an 8-bit value and ends on one into
+# one 256-entry table lookup (a unary node of type `xnn_unary_invalid`, which the profiler
+# names "Invalid Unary Op"). Pure unary (`is_pure_unary_elementwise`): a unary node, a binary
+# node whose other operand is a static scalar (x + 3, x * 1/6), or a binary node whose two
+# operands both come from the chain (x * sigmoid(x)). A node joins while the one before it has
+# exactly one consumer; the chain ends on its last 8-bit output. So EfficientNet's int8 swish
+# (LOGISTIC, MUL) and the hard sigmoid x + 3 -> RELU6 -> * 1/6 (ADD, MUL) are one LUT each;
+# the squeeze-and-excite gate's LOGISTIC, whose MUL takes the features, stays a sigmoid.
+# Checked against LiteRT 2.3.0's profiler: tests/test_deduce_int8_litert.py.
+# The TFLite ops the delegate defines as XNNPACK unary nodes on 8-bit tensors (the others of
+# VisitUnaryNode are float only, _FLOAT_ONLY) and its 8-bit binary nodes. Every link here
+# writes an 8-bit value (`in_xnnpack` holds for 8-bit ops only), so a chain through a float
+# intermediate (DEQUANTIZE ... QUANTIZE), which XNNPACK would also fuse, is not followed.
+_LUT_UNARY = frozenset({"LOGISTIC", "TANH", "ELU", "LEAKY_RELU", "QUANTIZE"})
+_LUT_BINARY = frozenset({"ADD", "SUB", "MUL"})
+
+
+def lut_chains(graph: Graph, in_xnnpack: list[bool]) -> list[tuple[int, ...]]:
+    """The op chains XNNPACK runs as one 8-bit table lookup (see above), each in execution
+    order; `in_xnnpack[i]`: whether XNNPACK runs op `i` and it writes an 8-bit tensor."""
+    chains, taken = [], set()
+    for start, op in enumerate(graph.ops):
+        if start in taken or not in_xnnpack[start] or _pure_unary(graph, op, ()) is None:
+            continue
+        chain, values = [start], {_pure_unary(graph, op, ())}
+        while True:
+            out = graph.ops[chain[-1]].outputs[0]
+            values.add(out)
+            readers = graph.consumers_of(out)
+            if len(readers) != 1 or out in graph.outputs or not in_xnnpack[readers[0]] \
+                    or _pure_unary(graph, graph.ops[readers[0]], values) is None:
+                break
+            chain.append(readers[0])
+        if len(chain) > 1:
+            chains.append(tuple(chain))
+            taken.update(chain)
+    return chains
+
+
+def _pure_unary(graph: Graph, op: Op, chain_values) -> int | None:
+    """`is_pure_unary_elementwise`: the tensor `op` is a unary function of, or None."""
+    if op.type in _LUT_UNARY and len(op.outputs) == 1:
+        return op.inputs[0]
+    if op.type not in _LUT_BINARY or len(op.inputs) != 2:
+        return None
+    a, b = (graph.tensors[t] for t in op.inputs)
+    if _static_scalar(b) and not a.is_constant:
+        return op.inputs[0]
+    if _static_scalar(a) and not b.is_constant:
+        return op.inputs[1]
+    return op.inputs[0] if set(op.inputs) <= set(chain_values) else None
+
+
+def _static_scalar(tensor) -> bool:
+    """`is_broadcasted_static`: a constant of one element."""
+    n = 1
+    for d in tensor.shape:
+        n *= d
+    return tensor.is_constant and n == 1

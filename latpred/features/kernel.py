@@ -67,7 +67,7 @@ import numpy as np
 
 from latpred.deduce.kernel import KERNEL_TYPES, Kernel, base_type
 from latpred.errors import UnsupportedOpError
-from latpred.features.operation import ITEMSIZE, Features, op_features
+from latpred.features.operation import ITEMSIZE, Features, op_code, op_features
 from latpred.graph import Graph, Op
 from latpred.shapes import BINARY
 
@@ -132,6 +132,7 @@ _LINKED_ELEMENTWISE = frozenset(BINARY)
 _LINKED_ACTIVATION = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC",
                                 "TANH", "HARD_SWISH", "GELU", "LEAKY_RELU", "PRELU", "ELU"})
 _STAGES = ("input_transform", "matmul", "output_transform")
+_LOOKUP_OP_CODE = op_code("LOGISTIC")
 _STAGE_OF_TYPE = {f"winograd_{s}": s for s in _STAGES}
 
 
@@ -159,9 +160,21 @@ def kernel_features(graph: Graph, kernel: Kernel, target: Any = None) -> Feature
         f["n_fused_ops"] = f["n_fused_elementwise"] = f["fused_bytes_read"] = 0
         f["fused_activation"] = int(graph.ops[ops[0]].attr_dict.get("activation", "NONE")
                                     != "NONE")
+        if len(ops) > 1 and kernel.type == "activation":
+            _as_lookup(f)
     else:
         _fused_facts(graph, kernel, f, isz, writes=stage in (None, "output_transform"))
     return f
+
+
+def _as_lookup(f: Features) -> None:
+    """An 8-bit element-wise chain XNNPACK runs as one table lookup (deduce.xnnpack_int8
+    .lut_chains): the lookup reads its input and writes its output whatever the chain
+    computes, as an 8-bit LOGISTIC does (the same lookup kernel), so it is described as one:
+    the scalar an ADD or MUL link reads is in the table, not read per element."""
+    f["bytes_read"] -= f["param_bytes"]
+    f["param_bytes"] = 0
+    f["op_code"] = _LOOKUP_OP_CODE
 
 
 def context_bytes(moved: np.ndarray) -> np.ndarray:

@@ -40,7 +40,10 @@ _XNNPACK_OPS: dict[str, frozenset[str]] = {name: frozenset(types.split()) for na
     "Slice": "SLICE STRIDED_SLICE SPLIT SPLIT_V", "Convert": "QUANTIZE DEQUANTIZE",
     "Resize Bilinear": "RESIZE_BILINEAR", "Depth To Space": "DEPTH_TO_SPACE",
     "Space To Depth": "SPACE_TO_DEPTH", "Square Root": "SQRT", "Negate": "NEG",
-    "Absolute Value": "ABS", "Square": "SQUARE"}.items()}
+    "Absolute Value": "ABS", "Square": "SQUARE",
+    # an 8-bit element-wise chain run as one table lookup (deduce.xnnpack_int8.lut_chains):
+    # it matches one of the chain's ops, the others match nothing (one kernel holds them all)
+    "Invalid Unary Op": "LOGISTIC TANH ELU LEAKY_RELU QUANTIZE ADD SUB MUL"}.items()}
 
 
 @dataclass(frozen=True)

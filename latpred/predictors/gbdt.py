@@ -63,6 +63,10 @@ class PercentGBDT(LinearBaseMixin, LatencyRegressor):
 
         X, y = self._check_fit(X, y)
         y = self._fit_base(X, y)
+        if len(y) == 1:
+            # LightGBM wants two rows; one given twice fits what one row can: a constant (a
+            # kernel type that a few models hold once, e.g. few-shot training)
+            X, y = np.repeat(X, 2, axis=0), np.repeat(y, 2)
         if callable(objective):
             model = lgb.LGBMRegressor(objective=objective, **self._lgb_params())
             # A custom objective starts from 0; start from the percentage-optimal constant.

@@ -40,7 +40,7 @@ def deduce_cpu(graph: Graph, rules: CpuRuleSet, precision: str | None = None) ->
     folded = {c: p for c, p in _folded_pads(graph).items() if not (whys and whys[c])} \
         if rules.fuses_pad else {}
     skip = set(folded.values())
-    luts = _lut_chains(graph, whys, precision)
+    luts = _lut_chains(graph, whys)
     for chain in luts.values():
         skip.update(chain[1:])
     plain = _plain_kernels(rules)
@@ -79,22 +79,22 @@ class _Bounded(dict):
         super().__setitem__(key, value)
 
 
-def _builtin_whys(graph: Graph, rules: CpuRuleSet, precision: str | None) -> list[str] | None:
-    """Per op, why it runs as TFLite's builtin kernel; None when no op is quantized (a float
-    graph on a float target, the common case, told from its tensors at once)."""
+def _builtin_whys(graph: Graph, rules: CpuRuleSet, precision: str | None
+                  ) -> list[str | None] | None:
+    """Per op, why it runs as TFLite's builtin kernel ("": XNNPACK runs it on 8-bit tensors;
+    None: not quantized); None when no op is quantized (a float graph on a float target, the
+    common case, told from its tensors at once)."""
     if not rules.int8_declines or not xi.may_quantize(graph, precision):
         return None
     return [_builtin_why(graph, op, rules, precision) for op in graph.ops]
 
 
-def _lut_chains(graph: Graph, whys: list[str] | None, precision: str | None
-                ) -> dict[int, tuple[int, ...]]:
+def _lut_chains(graph: Graph, whys: list[str | None] | None) -> dict[int, tuple[int, ...]]:
     """First op -> the chain of 8-bit element-wise ops XNNPACK runs as one table lookup
     (`xnnpack_int8.lut_chains`); none in a float graph on a float target."""
     if whys is None:
         return {}
-    in_xnnpack = [not w and xi.quantized(graph, op, precision) for op, w in zip(graph.ops, whys)]
-    return {chain[0]: chain for chain in xi.lut_chains(graph, in_xnnpack)}
+    return {chain[0]: chain for chain in xi.lut_chains(graph, [w == "" for w in whys])}
 
 
 @lru_cache(maxsize=1 << 12)
@@ -120,10 +120,11 @@ def _cpu_types(graph: Graph, rules: CpuRuleSet) -> list[str]:
     return out
 
 
-def _builtin_why(graph: Graph, op, rules: CpuRuleSet, precision: str | None) -> str:
-    """Why a quantized op runs as TFLite's builtin kernel ("" when XNNPACK runs it)."""
+def _builtin_why(graph: Graph, op, rules: CpuRuleSet, precision: str | None) -> str | None:
+    """Why a quantized op runs as TFLite's builtin kernel ("" when XNNPACK runs it, None when
+    the op is not quantized)."""
     if not rules.int8_declines or not xi.quantized(graph, op, precision):
-        return ""
+        return None
     why = xi.declined(graph, op)
     return why if why and _builtin_type(_cpu_type(graph, op, rules)) in KERNEL_TYPES else ""
 

@@ -160,9 +160,10 @@ def lut_chains(graph: Graph, in_xnnpack: list[bool]) -> list[tuple[int, ...]]:
     order; `in_xnnpack[i]`: whether XNNPACK runs op `i` and it writes an 8-bit tensor."""
     chains, taken = [], set()
     for start, op in enumerate(graph.ops):
-        if start in taken or not in_xnnpack[start] or _pure_unary(graph, op, ()) is None:
+        source = None if start in taken or not in_xnnpack[start] else _pure_unary(graph, op, ())
+        if source is None:
             continue
-        chain, values = [start], {_pure_unary(graph, op, ())}
+        chain, values = [start], {source}
         while True:
             out = graph.ops[chain[-1]].outputs[0]
             values.add(out)
@@ -184,16 +185,9 @@ def _pure_unary(graph: Graph, op: Op, chain_values) -> int | None:
     if op.type not in _LUT_BINARY or len(op.inputs) != 2:
         return None
     a, b = (graph.tensors[t] for t in op.inputs)
-    if _static_scalar(b) and not a.is_constant:
+    # `is_broadcasted_static`: the other operand a constant of one element
+    if b.is_constant and b.size == 1 and not a.is_constant:
         return op.inputs[0]
-    if _static_scalar(a) and not b.is_constant:
+    if a.is_constant and a.size == 1 and not b.is_constant:
         return op.inputs[1]
     return op.inputs[0] if set(op.inputs) <= set(chain_values) else None
-
-
-def _static_scalar(tensor) -> bool:
-    """`is_broadcasted_static`: a constant of one element."""
-    n = 1
-    for d in tensor.shape:
-        n *= d
-    return tensor.is_constant and n == 1

@@ -261,6 +261,12 @@ def test_train_predict_evaluate_commands(cpu_data, tmp_path):
                              "--include-training", "--out", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     assert "latpred lasso" in r.output and (tmp_path / "rep" / "report.md").exists()
+    assert (tmp_path / "rep" / "error_cdf.png").exists()
+    r = runner.invoke(main, ["evaluate", "--data", str(cpu_data.root), "--predictor", str(pred),
+                             "--include-training", "--no-plots", "--out", str(tmp_path / "bare")])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "bare").iterdir()) == ["report.md", "results.json"]
+    assert "## Plots" not in (tmp_path / "bare" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -112,12 +112,15 @@ def adapt(source: str, data: str, target_name: str | None, method: str, overhead
                    "'<family> + analytical'), the ablation of docs/analytical-features.md.")
 @click.option("--include-training", is_flag=True, help="With --predictor: score every model.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--no-plots", is_flag=True,
+              help="Write report.md and results.json only, without the PNG plots.")
 @click.option("--out", default="latpred-report", show_default=True,
               type=click.Path(file_okay=False), help="Report directory (Markdown + PNG).")
 def evaluate(data: str, predictor: str | None, protocol: str | None, target_name: str | None,
              train_data: str | None, families: tuple[str, ...], searches: tuple[str, ...],
              sizes: str | None, draws: int, no_baselines: bool, no_ablations: bool,
-             analytical_features: bool, include_training: bool, seed: int, out: str) -> None:
+             analytical_features: bool, include_training: bool, seed: int, no_plots: bool,
+             out: str) -> None:
     """Score a predictor on DATA, or run an evaluation protocol with baselines; write a report."""
     from latpred.evaluate import write_report
     from latpred.evaluate.console import print_summary
@@ -126,7 +129,7 @@ def evaluate(data: str, predictor: str | None, protocol: str | None, target_name
     ev = run_cli(data, predictor, protocol, target_name, train_data, families, searches, sizes,
                  not no_baselines, not no_ablations, include_training, seed,
                  analytical_features, draws)
-    print_summary(ev, write_report(ev, out))
+    print_summary(ev, write_report(ev, out, plots=not no_plots))
 
 
 @click.command()

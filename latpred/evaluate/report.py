@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from latpred.evaluate import plots
+from latpred.evaluate import plots as plotting
 from latpred.evaluate.metrics import SIZE_CLASSES
 from latpred.evaluate.noise import noise_cell
 
@@ -23,18 +23,23 @@ def summary_rows(ev) -> list[dict[str, Any]]:
             for m in ev.methods]
 
 
-def write_report(ev, out: str | Path) -> Path:
-    """Write report.md, results.json and the plots into `out`; returns report.md's path."""
+def write_report(ev, out: str | Path, plots: bool = True) -> Path:
+    """Write report.md, results.json and (with `plots`) the PNG plots into `out`; returns
+    report.md's path."""
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    images = [plots.pred_vs_measured(ev, root / "pred_vs_measured.png"),
-              plots.error_cdf(ev, root / "error_cdf.png"),
-              plots.kernel_types(ev, root / "kernel_types.png"),
-              plots.sizes(ev, root / "training_sizes.png")]
+    images = _plots(ev, root) if plots else []
     (root / "results.json").write_text(json.dumps(_results(ev), indent=1, default=_plain))
     path = root / "report.md"
     path.write_text(markdown(ev, [i for i in images if i]))
     return path
+
+
+def _plots(ev, root: Path) -> list[str | None]:
+    return [plotting.pred_vs_measured(ev, root / "pred_vs_measured.png"),
+            plotting.error_cdf(ev, root / "error_cdf.png"),
+            plotting.kernel_types(ev, root / "kernel_types.png"),
+            plotting.sizes(ev, root / "training_sizes.png")]
 
 
 def markdown(ev, images: list[str]) -> str:
@@ -55,7 +60,8 @@ def markdown(ev, images: list[str]) -> str:
     notes = list(ev.notes) + [f"{m.name}: {n}" for m in ev.methods for n in m.notes]
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    lines += ["", "## Plots", ""] + [f"![{i}]({i})" for i in images]
+    if images:
+        lines += ["", "## Plots", ""] + [f"![{i}]({i})" for i in images]
     return "\n".join(lines) + "\n"
 
 

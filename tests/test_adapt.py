@@ -157,12 +157,29 @@ def test_stacked_refits_on_the_source_prediction_and_round_trips(pair, tmp_path)
     names = list(model.types[stacked[0]].features)
     ratio = 1.0 + 0.3 * (X[:, 0] > np.median(X[:, 0]))
     treed = StackedRegressor(reg.base, reg.head, ratio_trees(pd.DataFrame(X, columns=names),
-                                                              ratio, 0, **STACKED_TREES))
+                                                              np.ones(len(X)), ratio, 0,
+                                                              **STACKED_TREES))
     plain = StackedRegressor(reg.base, reg.head).predict(X)
     assert np.median(treed.predict(X)[ratio > 1] / plain[ratio > 1]) == pytest.approx(1.3, rel=0.05)
     data, params = treed.export()
     assert StackedRegressor.restore(data, params).predict(X) == pytest.approx(treed.predict(X),
                                                                               rel=1e-12)
+
+
+def test_ratio_trees_leave_out_rows_predicted_at_zero():
+    """A stacked linear head clipped at 0 gave one row no ratio (measured / 0): the trees are
+    fitted on the other rows instead of failing on an infinite target."""
+    from latpred.predictors.adapt.types import STACKED_TREES, ratio_trees
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.uniform(1, 10, 60), "b": rng.uniform(1, 10, 60)})
+    p = rng.uniform(0.5, 2.0, 60)
+    y = p * np.where(X["a"] > 5, 1.2, 0.9)
+    p[7] = 0.0
+    trees = ratio_trees(X, p, y, 0, **STACKED_TREES)
+    ratio = trees.predict(X)
+    assert np.isfinite(ratio).all()
+    assert np.median(ratio[X["a"] > 5]) > np.median(ratio[X["a"] <= 5])
 
 
 def test_a_kernel_type_the_source_never_saw_is_learned_from_the_new_device(pair):

@@ -127,12 +127,15 @@ def factor(p: np.ndarray, y: np.ndarray) -> float:
     return float(np.sum(p) / np.sum(p * p / y))
 
 
-def ratio_trees(X: pd.DataFrame, ratio: np.ndarray, seed: int, **settings):
-    """A GBDT on ratio = measured / prediction, fitted on Eq. 1 (weights 1/r^2), so the
-    product's percentage error is what it minimises (as `LinearBaseMixin` argues)."""
+def ratio_trees(X: pd.DataFrame, p: np.ndarray, y: np.ndarray, seed: int, **settings):
+    """A GBDT on ratio = measured `y` / prediction `p`, fitted on Eq. 1 (weights 1/r^2), so
+    the product's percentage error is what it minimises (as `LinearBaseMixin` argues). Rows
+    predicted at 0 have no ratio and are left out: a stacked linear head clipped at 0 gave
+    one such row (a 2 us kernel) and an infinite target."""
     from latpred.predictors.gbdt import PercentGBDT
 
-    return PercentGBDT(**settings, random_state=seed).fit(X, ratio)
+    ok = p > 0
+    return PercentGBDT(**settings, random_state=seed).fit(X[ok], y[ok] / p[ok])
 
 
 def _residual_if_better(groups: np.ndarray, X: pd.DataFrame, p: np.ndarray, y: np.ndarray,
@@ -150,7 +153,7 @@ def _residual_if_better(groups: np.ndarray, X: pd.DataFrame, p: np.ndarray, y: n
     cv = float(np.sum(np.abs(oof[0] - y)) / np.sum(y))
     if cv >= float(np.sum(np.abs(p - y)) / np.sum(y)):
         return None, cv
-    return ratio_trees(X, y / p, seed, **settings), cv
+    return ratio_trees(X, p, y, seed, **settings), cv
 
 
 def _out_of_fold_trees(groups: np.ndarray, X: pd.DataFrame, p: np.ndarray, y: np.ndarray,
@@ -164,7 +167,7 @@ def _out_of_fold_trees(groups: np.ndarray, X: pd.DataFrame, p: np.ndarray, y: np
         return None
     fitted, fold = np.empty_like(p), np.empty(len(p), np.int64)
     for k, (a, b) in enumerate(GroupKFold(3).split(X, groups=groups)):
-        trees = ratio_trees(X.iloc[a], y[a] / p[a], seed, **settings)
+        trees = ratio_trees(X.iloc[a], p[a], y[a], seed, **settings)
         fitted[b], fold[b] = p[b] * trees.predict(X.iloc[b]), k
     return fitted, fold
 
@@ -202,7 +205,7 @@ def _trees_if_better(groups: np.ndarray, X: pd.DataFrame, reg: StackedRegressor,
     cv = float(np.mean([np.mean(ape[fold == k]) for k in range(3)]))   # the folds' mean
     if cv >= float(np.mean(np.abs(p - y) / y)):
         return reg, cv
-    return StackedRegressor(reg.base, reg.head, ratio_trees(X, y / p, seed, **STACKED_TREES)), cv
+    return StackedRegressor(reg.base, reg.head, ratio_trees(X, p, y, seed, **STACKED_TREES)), cv
 
 
 def fresh_fit(ktype: str, rows: pd.DataFrame, seed: int) -> TypeFit:

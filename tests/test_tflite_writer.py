@@ -251,3 +251,40 @@ def test_op_without_int8_kernel_stays_fp32_between_dequantize_and_quantize() -> 
     exp = q.ops[1]
     assert q.tensors[exp.inputs[0]].dtype == q.tensors[exp.outputs[0]].dtype == "float32"
     assert _run(write_tflite(g, precision="int8"))[0].dtype == np.int8
+
+
+def _run_builtin(data: bytes) -> list[np.ndarray]:
+    """Allocate and invoke with TFLite's built-in kernels only (no XNNPACK delegate): their
+    Prepare checks the int8 parameters (the delegate does not check them all)."""
+    from ai_edge_litert.interpreter import OpResolverType
+
+    interp = Interpreter(model_content=data,
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interp.allocate_tensors()
+    interp.invoke()
+    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+
+
+def test_int8_every_op_graph_runs_with_builtin_kernels() -> None:
+    assert _run_builtin(write_tflite(every_op(), precision="int8", seed=5))[0].dtype == np.int8
+
+
+def test_int8_conflicting_fixed_parameters_are_requantized() -> None:
+    """TANH (1/128, 0) and LOGISTIC (1/256, -128) concatenated: one group cannot hold both. The
+    first keeps the group, the other is requantized into it by a QUANTIZE op, so each kernel
+    gets the output parameters it requires (TFLite refuses a LOGISTIC with TANH's at Prepare)."""
+    b = GraphBuilder("tanh_sigmoid_concat")
+    x = b.input((1, 8, 8, 4))
+    y = b.conv2d(x, 8, 1)
+    b.output(b.conv2d(b.concat([b.tanh(y), b.sigmoid(y)], axis=-1), 8, 1))
+    data = write_tflite(b.build(), precision="int8", seed=3)
+    q = read_tflite(data)
+    assert [op.type for op in q.ops] == ["CONV_2D", "TANH", "LOGISTIC", "QUANTIZE",
+                                         "CONCATENATION", "CONV_2D"]
+    tanh, sigmoid, requant, concat = (q.ops[i] for i in (1, 2, 3, 4))
+    assert q.tensors[tanh.outputs[0]].quantization == Quantization((1 / 128,), (0,))
+    assert q.tensors[sigmoid.outputs[0]].quantization == Quantization((1 / 256,), (-128,))
+    assert requant.inputs == sigmoid.outputs and concat.inputs[1] == requant.outputs[0]
+    assert all(q.tensors[t].quantization == Quantization((1 / 128,), (0,))
+               for t in (*concat.inputs, *concat.outputs))
+    assert _run_builtin(data)[0].dtype == _run(data)[0].dtype == np.int8

@@ -10,6 +10,11 @@
   int8 kernels require; ops that only move data (RESHAPE, TRANSPOSE, PAD, pools, CONCATENATION,
   SPLIT, ...) share one scale and zero point between their data inputs and outputs, taken over
   the union of their ranges (a fixed-parameter tensor in such a group fixes the whole group).
+  Where one group would hold two different fixed parameters (a TANH and a LOGISTIC output
+  concatenated), the first keeps the group and each other one is requantized into it by a
+  QUANTIZE op (int8 to int8), as the converter's quantization driver inserts a requantize on
+  a conflicting operand: otherwise the LOGISTIC's output would carry TANH's scale, which
+  TFLite's kernel refuses at Prepare ("output->params.scale == 1. / 256", activations.cc).
 - Ops with no int8 kernel known here stay fp32, between DEQUANTIZE and QUANTIZE ops, as the
   converter leaves an op it cannot quantize.
 """
@@ -86,7 +91,7 @@ def quantize(graph: Graph, seed: int) -> tuple[Graph, dict[int, np.ndarray]]:
     island = {i for i, op in enumerate(graph.ops)
               if op.type not in FREE | SAME_SCALE | FIXED.keys()}
     keep_float = _float_tensors(graph, island)
-    params = _activation_params(graph, ranges, data, island, keep_float)
+    params, requant = _activation_params(graph, ranges, data, island, keep_float)
     tensors = list(graph.tensors)
     qdata = dict(data)
     for i, q in params.items():
@@ -97,7 +102,7 @@ def quantize(graph: Graph, seed: int) -> tuple[Graph, dict[int, np.ndarray]]:
     for op_index, op in enumerate(graph.ops):
         if op_index not in island:
             _quantize_weights(op, graph, params, data, tensors, qdata)
-    ops = _wrap_islands(graph, tensors, island, keep_float)
+    ops = _requantize(_wrap_islands(graph, tensors, island, keep_float), tensors, requant)
     return Graph(tuple(tensors), tuple(ops), graph.inputs, graph.outputs, graph.name), qdata
 
 
@@ -121,8 +126,11 @@ def _float_tensors(graph: Graph, island: set[int]) -> set[int]:
     return keep
 
 
-def _activation_params(graph: Graph, ranges, data, island, keep_float) -> dict[int, Quantization]:
-    """Parameters of every int8 activation, and of float constants inside same-scale groups."""
+def _activation_params(graph: Graph, ranges, data, island, keep_float
+                       ) -> tuple[dict[int, Quantization], dict[int, Quantization]]:
+    """Parameters of every int8 activation, and of float constants inside same-scale groups;
+    and the fixed-parameter tensors whose group holds other fixed parameters, each with the
+    group's parameters (a QUANTIZE op requantizes it into the group, `_requantize`)."""
     groups = _Groups()
     fixed: dict[int, tuple[float, int]] = {}
     grouped_consts: set[int] = set()
@@ -143,6 +151,7 @@ def _activation_params(graph: Graph, ranges, data, island, keep_float) -> dict[i
         if t not in keep_float:
             members_of.setdefault(groups.find(t), []).append(t)
     params: dict[int, Quantization] = {}
+    requant: dict[int, Quantization] = {}
     for members in members_of.values():
         pinned = [fixed[t] for t in members if t in fixed]
         if pinned:
@@ -152,7 +161,31 @@ def _activation_params(graph: Graph, ranges, data, island, keep_float) -> dict[i
             hi = max(_range(t, ranges, data)[1] for t in members)
             q = affine(lo, hi)
         params.update({t: q for t in members})
-    return params
+        for t in members:
+            if t in fixed and fixed[t] != pinned[0]:
+                params[t] = Quantization((fixed[t][0],), (fixed[t][1],))
+                requant[t] = q
+    return params, requant
+
+
+def _requantize(ops: list[Op], tensors: list[Tensor], requant: dict[int, Quantization]
+                ) -> list[Op]:
+    """Each tensor of `requant` requantized by a QUANTIZE op right after its producer into a
+    new tensor with its group's parameters, which its same-scale consumers read instead."""
+    if not requant:
+        return ops
+    into: dict[int, int] = {}
+    for t, q in requant.items():
+        src = tensors[t]
+        tensors.append(Tensor(f"{src.name}/requantized", src.shape, "int8", q))
+        into[t] = len(tensors) - 1
+    out: list[Op] = []
+    for op in ops:
+        if op.type in SAME_SCALE and any(t in into for t in op.inputs):
+            op = Op(op.type, tuple(into.get(t, t) for t in op.inputs), op.outputs, op.attrs)
+        out.append(op)
+        out.extend(Op.make("QUANTIZE", (t,), (into[t],)) for t in op.outputs if t in into)
+    return out
 
 
 def _range(t: int, ranges, data) -> tuple[float, float]:

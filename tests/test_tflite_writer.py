@@ -288,3 +288,30 @@ def test_int8_conflicting_fixed_parameters_are_requantized() -> None:
     assert all(q.tensors[t].quantization == Quantization((1 / 128,), (0,))
                for t in (*concat.inputs, *concat.outputs))
     assert _run_builtin(data)[0].dtype == _run(data)[0].dtype == np.int8
+
+
+def test_int8_bytes_survive_another_cpus_last_bits(monkeypatch) -> None:
+    """Another CPU's built-in kernels compute the calibration values a few ulps apart: the
+    rounded ranges, and so the int8 file, stay the same."""
+    from latpred.tflite import calibrate
+
+    g = every_op()
+    before = write_tflite(g, precision="int8", seed=5)
+    observed = calibrate.observed_ranges
+    rng = np.random.default_rng(0)
+
+    def jittered(*args, **kwargs):
+        return {i: (lo * (1 + rng.choice((-1, 1)) * 3e-7), hi * (1 + rng.choice((-1, 1)) * 3e-7))
+                for i, (lo, hi) in observed(*args, **kwargs).items()}
+
+    monkeypatch.setattr(calibrate, "observed_ranges", jittered)
+    assert write_tflite(g, precision="int8", seed=5) == before
+
+
+def test_coarse_rounds_bounds_outward() -> None:
+    from latpred.tflite.calibrate import coarse
+
+    assert coarse(0.0) == 0.0 and coarse(6.0) == 6.0 and coarse(-6.0) == -6.0
+    assert coarse(0.3) == 0.30078125 and coarse(-0.3) == -0.30078125
+    for v in np.random.default_rng(1).standard_normal(200) * 10:
+        assert abs(coarse(v)) >= abs(v) and abs(coarse(v) - v) <= abs(v) / 64

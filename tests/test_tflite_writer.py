@@ -315,3 +315,18 @@ def test_coarse_rounds_bounds_outward() -> None:
     assert coarse(0.3) == 0.30078125 and coarse(-0.3) == -0.30078125
     for v in np.random.default_rng(1).standard_normal(200) * 10:
         assert abs(coarse(v)) >= abs(v) and abs(coarse(v) - v) <= abs(v) / 64
+
+
+def test_int8_all_zero_tensor_gets_the_converters_unit_scale() -> None:
+    """x - x is 0 on every calibration input: scale 1.0, zero point -128 (as the converter),
+    not a tiny scale whose requantization XNNPACK refuses when it creates its runtime."""
+    b = GraphBuilder("zeros")
+    x = b.input((1, 8, 8, 4))
+    z = b.sub(x, x)
+    y = b.conv2d(b.conv2d(z, 8, 1, activation="RELU"), 8, 1)
+    b.output(b.add(y, b.conv2d(x, 8, 1)))
+    data = write_tflite(b.build(), precision="int8", seed=2)
+    q = read_tflite(data)
+    sub = next(op for op in q.ops if op.type == "SUB")
+    assert q.tensors[sub.outputs[0]].quantization == Quantization((1.0,), (-128,))
+    assert _run(data)[0].dtype == _run_builtin(data)[0].dtype == np.int8

@@ -57,8 +57,16 @@ def _data_inputs(op: Op) -> tuple[int, ...]:
 
 
 def affine(lo: float, hi: float) -> Quantization:
-    """Asymmetric int8 parameters covering [lo, hi] (widened to include 0, as TFLite needs)."""
+    """Asymmetric int8 parameters covering [lo, hi] (widened to include 0, as TFLite needs).
+
+    A tensor that is 0 on every calibration input (a ReLU that never fires, x - x) gets scale
+    1.0 and zero point -128, as the converter gives it (mlir FakeQuantSupport.cpp: "The tensor
+    contents are all 0.0s, so the scale is set to 1.0"). A tiny scale instead makes the next
+    op's requantization ratio (input scale x weight scale / output scale) too small for
+    XNNPACK, which then fails to create its runtime for the whole model."""
     lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if hi - lo == 0.0:
+        return Quantization((1.0,), (-128,))
     scale = max(hi - lo, 1e-6) / 255.0
     zero = int(np.clip(round(-128 - lo / scale), -128, 127))
     return Quantization((scale,), (zero,))

@@ -287,3 +287,43 @@ def test_partitions_in_one_pass_are_the_greedy_subsets():
     sup = [supported(g, op, kinds) for op in g.ops]
     assert _subset_numbers(g, sup) is None
     assert partitions(g, kinds) == _greedy_subsets(g, sup)
+
+
+def test_int8_xnnpack_memory_says_it_is_not_modelled() -> None:
+    """The XNNPACK planner prices int8 operators as fp32 ones (docs/memory.md, 'int8 models'):
+    a prediction for an int8 graph says so; fp32 and the built-in kernels (exact on int8) do
+    not."""
+    import warnings
+
+    from latpred.builder import GraphBuilder
+    from latpred.memory import predict_memory
+    from latpred.tflite import read_tflite, write_tflite
+
+    b = GraphBuilder("int8_conv")
+    b.output(b.conv2d(b.input((1, 8, 8, 4)), 8, 3))
+    g = b.build()
+    q = read_tflite(write_tflite(g, precision="int8"))
+    with pytest.warns(UserWarning, match="does not model int8"):
+        predict_memory(q, "host/cpu/int8/t1")
+    with pytest.warns(UserWarning, match="does not model int8"):
+        predict_memory(q, "host/cpu/fp32/t1")      # the graph's weights, not the target, tell
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predict_memory(q, "host/cpu/int8/t1", kernels="builtin")
+        predict_memory(g, "host/cpu/fp32/t1")
+
+
+def test_inspect_memory_prints_the_int8_warning_as_one_line(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from latpred.cli import main
+    from latpred.tflite import write_tflite
+
+    b = GraphBuilder("int8_conv")
+    b.output(b.conv2d(b.input((1, 8, 8, 4)), 8, 3))
+    path = tmp_path / "q.tflite"
+    write_tflite(b.build(), path, precision="int8")
+    result = CliRunner().invoke(main, ["inspect", str(path), "--memory"])
+    assert result.exit_code == 0
+    assert "warning: latpred's XNNPACK memory planner does not model int8" in result.output
+    assert "UserWarning" not in result.output

@@ -1,0 +1,43 @@
+"""Score `latpred.predict_memory` on the int8 memory set (docs/memory.md, "int8 models").
+
+    python scripts/memory_dataset.py --precision int8 --out datasets/host-cpu-memory-int8 \
+        --models out/memory-models-int8 --n-synthetic 40 --n-converter 0 --no-corpus
+    python scripts/memory_eval_int8.py datasets/host-cpu-memory-int8 out/memory-models-int8
+
+The second argument is the folder `memory_dataset.py` wrote the int8 files to (since
+session 20 the writer gives the same bytes for the same seed on nearly any CPU, so a rerun of the first command
+writes them again without measuring what is already in the dataset). Prints the built-in and
+XNNPACK arenas against the runtime's and the totals against the measured peak, and writes
+the per-model rows to a CSV (third argument; default out/memory_int8_score.csv). Dev-only:
+LiteRT does not run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from latpred.memory import predict_memory
+from latpred.tflite import read_tflite
+d = pd.read_parquet(sys.argv[1] + "/models.parquet")
+models = Path(sys.argv[2])
+rows = []
+for r in d.itertuples():
+    src, name = r.model_id.split("/")
+    p = models / src / f"{name}.tflite"
+    g = read_tflite(p)
+    m = predict_memory(g, "host/cpu/int8/t1", model_bytes=p.stat().st_size)
+    mb = predict_memory(g, "host/cpu/int8/t1", kernels="builtin", model_bytes=p.stat().st_size)
+    rows.append(dict(model=r.model_id, src=src, rss=r.rss_delta, pred=m.total, ab=r.arena_builtin, pab=mb.arena, ax=r.arena_xnnpack, pax=m.arena,
+                     packed=m.weights_packed, ws=m.workspace, ind=m.indirection, mbytes=m.model_bytes))
+x = pd.DataFrame(rows)
+x["err"] = (x.pred - x.rss) / x.rss * 100
+ok = x[x.rss > 0]
+print("n", len(x), "rss ok", len(ok))
+print("builtin arena exact:", int((x.ab == x.pab).sum()), "of", int((x.ab >= 0).sum()))
+print("xnnpack arena exact:", int((x.ax == x.pax).sum()), "of", int((x.ax >= 0).sum()))
+print("total within 5%:", round((ok.err.abs() <= 5).mean() * 100, 1), "%  MdAPE", round(ok.err.abs().median(), 2), " median signed", round(ok.err.median(), 2))
+print(ok.groupby("src").err.describe().round(1))
+x.to_csv(Path(sys.argv[3] if len(sys.argv) > 3 else "out/memory_int8_score.csv"), index=False)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from latpred.memory import predict_memory
+from latpred.memory import largest_layer, naive_sum, predict_memory
 from latpred.tflite import read_tflite
 d = pd.read_parquet(sys.argv[1] + "/models.parquet")
 models = Path(sys.argv[2])
@@ -31,7 +31,8 @@ for r in d.itertuples():
     m = predict_memory(g, "host/cpu/int8/t1", model_bytes=p.stat().st_size)
     mb = predict_memory(g, "host/cpu/int8/t1", kernels="builtin", model_bytes=p.stat().st_size)
     rows.append(dict(model=r.model_id, src=src, rss=r.rss_delta, pred=m.total, ab=r.arena_builtin, pab=mb.arena, ax=r.arena_xnnpack, pax=m.arena,
-                     packed=m.weights_packed, ws=m.workspace, ind=m.indirection, mbytes=m.model_bytes))
+                     packed=m.weights_packed, ws=m.workspace, ind=m.indirection, mbytes=m.model_bytes,
+                     naive=naive_sum(g), largest=largest_layer(g)))
 x = pd.DataFrame(rows)
 x["err"] = (x.pred - x.rss) / x.rss * 100
 ok = x[x.rss > 0]
@@ -40,4 +41,16 @@ print("builtin arena exact:", int((x.ab == x.pab).sum()), "of", int((x.ab >= 0).
 print("xnnpack arena exact:", int((x.ax == x.pax).sum()), "of", int((x.ax >= 0).sum()))
 print("total within 5%:", round((ok.err.abs() <= 5).mean() * 100, 1), "%  MdAPE", round(ok.err.abs().median(), 2), " median signed", round(ok.err.median(), 2))
 print(ok.groupby("src").err.describe().round(1))
+for base in ("naive", "largest"):
+    e = ((ok[base] - ok.rss) / ok.rss).abs() * 100
+    print(f"{base}: MdAPE {e.median():.1f}% ({e.median() / ok.err.abs().median():.0f}x the "
+          f"prediction's), within 5%: {(e <= 5).mean() * 100:.1f}%")
+# the int8 fixed term (host_cpu.OVERHEAD_EIGHT_BIT_FIXED) fitted on one half, scored on the other
+from latpred.memory.host_cpu import OVERHEAD_EIGHT_BIT_FIXED as fixed  # noqa: E402
+base = ok.pred - fixed
+for name, fit in (("even", ok.index % 2 == 0), ("odd", ok.index % 2 == 1)):
+    c = (ok.rss - base)[fit].median()
+    e = ((base + c - ok.rss) / ok.rss)[~fit].abs() * 100
+    print(f"fitted on the {name} rows ({c:,.0f} B), the others within 5%: "
+          f"{(e <= 5).mean() * 100:.1f}%, MdAPE {e.median():.2f}%")
 x.to_csv(Path(sys.argv[3] if len(sys.argv) > 3 else "out/memory_int8_score.csv"), index=False)

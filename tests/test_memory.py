@@ -289,41 +289,64 @@ def test_partitions_in_one_pass_are_the_greedy_subsets():
     assert partitions(g, kinds) == _greedy_subsets(g, sup)
 
 
-def test_int8_xnnpack_memory_says_it_is_not_modelled() -> None:
-    """The XNNPACK planner prices int8 operators as fp32 ones (docs/memory.md, 'int8 models'):
-    a prediction for an int8 graph says so; fp32 and the built-in kernels (exact on int8) do
-    not."""
-    import warnings
 
-    from latpred.builder import GraphBuilder
-    from latpred.memory import predict_memory
+def _int8_graphs():
+    """Small int8 graphs with ops the delegate declines in 8 bits (RELU6, HARD_SWISH, average
+    pooling, SOFTMAX: float-only Visit* functions) between ones it takes."""
+    from latpred.sampler import build_graph, sample
     from latpred.tflite import read_tflite, write_tflite
 
-    b = GraphBuilder("int8_conv")
-    b.output(b.conv2d(b.input((1, 8, 8, 4)), 8, 3))
-    g = b.build()
-    q = read_tflite(write_tflite(g, precision="int8"))
-    with pytest.warns(UserWarning, match="does not model int8"):
-        predict_memory(q, "host/cpu/int8/t1")
-    with pytest.warns(UserWarning, match="does not model int8"):
-        predict_memory(q, "host/cpu/fp32/t1")      # the graph's weights, not the target, tell
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        predict_memory(q, "host/cpu/int8/t1", kernels="builtin")
-        predict_memory(g, "host/cpu/fp32/t1")
+    b = GraphBuilder("int8_mix")
+    x = b.input((1, 32, 32, 8))
+    y = b.conv2d(x, 16, 3, stride=2, activation="RELU6")
+    y = b.hard_swish(b.depthwise_conv2d(y, 3))
+    y = b.avg_pool(b.conv2d(y, 24, 1), 2)
+    y = b.concat([b.tanh(y), b.sigmoid(y)], axis=-1)
+    b.output(b.softmax(b.fully_connected(b.reshape(b.mean(y, (1, 2), keep_dims=False),
+                                                   (1, -1)), 10)))
+    graphs = [b.build()] + [build_graph(a) for a in
+                            sample(ROOT / "search_space" / "synthetic_cnn.yaml", 3, 11)]
+    return [read_tflite(write_tflite(g, precision="int8", seed=4)) for g in graphs]
 
 
-def test_inspect_memory_prints_the_int8_warning_as_one_line(tmp_path) -> None:
-    from click.testing import CliRunner
-
-    from latpred.cli import main
+def test_litert_xnnpack_arena_equals_the_plan_int8():
+    """The delegate's 8-bit partitions (xnnpack_partition asks deduce.xnnpack_int8.declined):
+    the arena TFLite plans around them is the runtime's, byte for byte."""
+    from latpred.memory.measure import runtime_arena
     from latpred.tflite import write_tflite
 
-    b = GraphBuilder("int8_conv")
-    b.output(b.conv2d(b.input((1, 8, 8, 4)), 8, 3))
-    path = tmp_path / "q.tflite"
-    write_tflite(b.build(), path, precision="int8")
-    result = CliRunner().invoke(main, ["inspect", str(path), "--memory"])
-    assert result.exit_code == 0
-    assert "warning: latpred's XNNPACK memory planner does not model int8" in result.output
-    assert "UserWarning" not in result.output
+    for graph in _int8_graphs():
+        reading = runtime_arena(write_tflite(graph), "xnnpack")
+        assert reading.arena_bytes == arena_plan(graph, "xnnpack")[0].arena_bytes, graph.name
+
+
+def test_int8_packed_weights_by_the_qs8_rules(monkeypatch):
+    """create_igemm / create_dwconv_path / create_fully_connected_nc with a qs8_qc8w config:
+    one byte a weight, input channels rounded to kr, 4 + 4 bytes (bias, scale) per output
+    channel, output channels rounded to nr (the depthwise path: to its channel tile)."""
+    from latpred.memory import xnnpack_operators as xnn_ops
+    from latpred.tflite import read_tflite, write_tflite
+
+    vnni = xnn_ops.Qs8Config(nr=16, kr=8, mrs=(1, 7), dw_channel_tile=32)
+    monkeypatch.setattr(xnn_ops, "qs8_config", lambda: vnni)
+    b = GraphBuilder("qs8")
+    x = b.input((1, 14, 14, 20))
+    y = b.conv2d(x, 40, 3)                       # IGEMM: 9 taps x 24 (20 -> kr 8), 48 outputs
+    y = b.depthwise_conv2d(y, 2)                 # dwconv: 4 taps -> the 9-tap tile, 64 lanes
+    y = b.conv2d(y, 40, 1)                       # 1x1: a fully connected node, 40 -> 40 (48)
+    b.output(b.fully_connected(b.reshape(y, (1, -1)), 10))
+    q = read_tflite(write_tflite(b.build(), precision="int8"))
+    packed = [xnn_ops.packed_weights(q, op) for op in q.ops if op.type != "RESHAPE"]
+    assert packed == [(9 * 24 + 8) * 48, (9 + 8) * 64, (40 + 8) * 48, (14 * 14 * 40 + 8) * 16]
+    # the IGEMM's indirection: 9 taps x 196 output pixels (SAME), a multiple of mr = 7
+    assert xnn_ops.indirection_bytes(q, q.ops[0]) == 9 * 196 * 8
+
+
+def test_int8_totals_compiled_path_equals_the_python_planner():
+    """Graphs with 8-bit tensors leave the compiled planner for the Python one."""
+    from latpred.memory import memory_totals
+    from latpred.memory.fast import memory_total
+
+    graphs = _int8_graphs()
+    assert memory_totals(graphs, "host/cpu/int8/t1").tolist() == \
+        [memory_total(g) for g in graphs]

@@ -12,7 +12,6 @@ commands, attached to `main` here, so that no command module imports this one.
 from __future__ import annotations
 
 import sys
-import warnings
 
 import click
 
@@ -24,18 +23,11 @@ class _Group(click.Group):
     """A click group that turns LatpredError into one line on stderr and exit code 2."""
 
     def invoke(self, ctx: click.Context):
-        warnings.showwarning = _show_warning
         try:
             return super().invoke(ctx)
         except LatpredError as err:
             click.echo(f"error: {err}", err=True)
             sys.exit(2)
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """A library warning (e.g. what a prediction does not model) as one line on stderr, not
-    Python's file:line and source echo."""
-    click.echo(f"warning: {message}", err=True)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -10,8 +10,6 @@ own figures (ground truth).
 
 from __future__ import annotations
 
-import warnings
-
 from latpred.errors import TargetError
 from latpred.graph import Graph
 from latpred.memory.prediction import MemoryPrediction, OpMemory
@@ -35,24 +33,6 @@ def _check_target(target):
     return t
 
 
-INT8_XNNPACK_WARNING = (
-    "latpred's XNNPACK memory planner does not model int8 operators yet (it prices their packed "
-    "weights as fp32 ones): on 88 measured int8 models its totals read 62% high (median), 3% "
-    "were within 5%, and its arena matched LiteRT's on 16 (docs/memory.md, 'int8 models'). "
-    "With kernels='builtin' the arena is exact on all 88.")
-
-
-def _warn_if_int8(t, kernels: str, graph: Graph | None = None) -> None:
-    """Say so where the XNNPACK planner meets int8 weights, which it does not model yet."""
-    if t.processor != "cpu" or kernels != "xnnpack":
-        return
-    weights = (graph.tensors[op.inputs[1]].dtype for op in graph.ops
-               if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
-               and len(op.inputs) > 1 and op.inputs[1] >= 0) if graph is not None else ()
-    if t.precision == "int8" or "int8" in weights:
-        warnings.warn(INT8_XNNPACK_WARNING, stacklevel=3)
-
-
 def predict_memory(graph: Graph, target, kernels: str | None = None,
                    model_bytes: int | None = None) -> MemoryPrediction:
     """Peak memory of `graph` on `target` (a Target or a target string).
@@ -70,7 +50,6 @@ def predict_memory(graph: Graph, target, kernels: str | None = None,
         return predict_cuda(graph, t)
     from latpred.memory.host_cpu import predict_host_cpu
 
-    _warn_if_int8(t, kernels or "xnnpack", graph)
     return predict_host_cpu(graph, str(t), kernels or "xnnpack", model_bytes)
 
 
@@ -92,7 +71,6 @@ def memory_totals(graphs, target="host/cpu/fp32/t1", kernels: str = "xnnpack"):
     """Peak bytes of each graph (the `predict_memory` totals, without per-op rows)."""
     from latpred.memory.fast import memory_totals as run
 
-    _warn_if_int8(_check_target(target), kernels)
     return run(graphs, target, kernels)
 
 
@@ -101,5 +79,4 @@ def predict_many_with_memory(model, graphs, *, kernels: str = "xnnpack",
     """(latency predictions, peak bytes array) for `graphs` in one call."""
     from latpred.memory.fast import predict_many_with_memory as run
 
-    _warn_if_int8(_check_target(model.target), kernels)
     return run(model, graphs, kernels=kernels, allow_fallback=allow_fallback)

@@ -17,7 +17,8 @@ from latpred.graph import Graph
 from latpred.memory import xnnpack
 from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs, batch_configs
-from latpred.memory.host_cpu import estimate_model_bytes, overhead, transient
+from latpred.memory.host_cpu import (eight_bit_operators, estimate_model_bytes, overhead,
+                                     transient)
 from latpred.memory.litert_builtin import builtin_input
 from latpred.memory.litert_plan import plan
 
@@ -34,7 +35,8 @@ def memory_total(graph: Graph, kernels: str = "xnnpack", configs: OpConfigs | No
         p = layout.plan_input
         ap = plan(p, stats=False)
         workspace, _, regrowth = xnnpack.workspace_plan(graph, layout, False)
-        extra = workspace + overhead(len(graph.tensors)) + transient(ap.marks, regrowth)
+        extra = workspace + transient(ap.marks, regrowth) + overhead(
+            len(graph.tensors), eight_bit_operators(graph, layout.delegated_ops))
         extra += xnn_ops.buffers_total(graph, layout.delegated_ops, configs)
     return estimate_model_bytes(graph) + ap.arena_bytes + ap.persistent_bytes + extra
 

@@ -121,12 +121,14 @@ def _facts(op: Any) -> tuple[bool, bool, bool]:
 
 class Tensors(NamedTuple):
     """Per tensor of all graphs in a row: bytes, stored in the model, a data type XNNPACK
-    takes; each graph's first tensor (and one past the last)."""
+    takes; each graph's first tensor (and one past the last); 8-bit (a graph with one is
+    planned in Python: the delegate's 8-bit rules read scales, `xnnpack_partition`)."""
 
     size: np.ndarray
     const: np.ndarray
     dtype_ok: np.ndarray
     g_tens: np.ndarray
+    eight_bit: np.ndarray
 
 
 def batch_tensors(graphs: Sequence[Graph], batch: Any) -> tuple[Tensors, np.ndarray]:
@@ -135,11 +137,12 @@ def batch_tensors(graphs: Sequence[Graph], batch: Any) -> tuple[Tensors, np.ndar
     key_size = np.fromiter((prod(k[0]) * _ITEMSIZE[k[1]] for k in keys), np.int64, len(keys))
     key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
     key_dtype = np.fromiter((k[1] in partition._DATA_DTYPES for k in keys), np.bool_, len(keys))
+    key_eight = np.fromiter((k[1] in partition._EIGHT_BIT for k in keys), np.bool_, len(keys))
     ptr, ids = _csr(batch.tensor_ids)
     ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
     g_tens = ptr - np.arange(len(ptr))
     assert np.array_equal(np.diff(g_tens), [len(g.tensors) for g in graphs])
-    return Tensors(key_size[ids], key_const[ids], key_dtype[ids], g_tens), ids
+    return Tensors(key_size[ids], key_const[ids], key_dtype[ids], g_tens, key_eight[ids]), ids
 
 
 def graph_tensors(graphs: Sequence[Graph]) -> Tensors:
@@ -147,10 +150,11 @@ def graph_tensors(graphs: Sequence[Graph]) -> Tensors:
     tables = list(map(tensor_table, graphs))
     g_tens, size = _csr(list(map(itemgetter(0), tables)))
     const = np.fromiter(chain.from_iterable(map(itemgetter(1), tables)), np.bool_, g_tens[-1])
-    dtypes = map(_DTYPE, chain.from_iterable(map(_TENSORS, graphs)))
+    dtypes = list(map(_DTYPE, chain.from_iterable(map(_TENSORS, graphs))))
     dtype_ok = np.fromiter(map(partition._DATA_DTYPES.__contains__, dtypes), np.bool_,
                            g_tens[-1])
-    return Tensors(size, const, dtype_ok, g_tens)
+    eight = np.fromiter(map(partition._EIGHT_BIT.__contains__, dtypes), np.bool_, g_tens[-1])
+    return Tensors(size, const, dtype_ok, g_tens, eight)
 
 
 def _op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
@@ -283,8 +287,8 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
     `compiled_buffers.Sizer`); uncovered graphs in Python."""
     from latpred.memory.fast import memory_total
 
-    res, delegated, _, g_ops, flags, (size, const, _, g_tens) = planned[:6]
-    covered = res[:, 0].astype(np.bool_)
+    res, delegated, _, g_ops, flags, (size, const, _, g_tens, eight) = planned[:6]
+    covered = res[:, 0].astype(np.bool_) & (_per_graph(eight.astype(np.int64), g_tens) == 0)
     n_tensors, n_ops = np.diff(g_tens), np.diff(g_ops)
     known: dict[int, int] = {}      # packed weights + indirection per configuration
     with_buffers = delegated & np.repeat(covered, n_ops) & (flags & OP_BUFFERS != 0)
@@ -327,9 +331,9 @@ class _Shapes(NamedTuple):
         """`xnnpack_operators._signature` of op j (all graphs' ops in a row)."""
         base = int(self.g_tens[self.graph_of[j]])
         ins, ids, keys = op.inputs, self.key_ids, self.keys
+        w = keys[ids[base + ins[1]]] if len(ins) > 1 and ins[1] >= 0 else ((), "float32")
         return (op.type, op.attrs, keys[ids[base + ins[0]]][0] if ins[0] >= 0 else (),
-                keys[ids[base + ins[1]]][0] if len(ins) > 1 and ins[1] >= 0 else (),
-                keys[ids[base + op.outputs[0]]][0])
+                w[0], keys[ids[base + op.outputs[0]]][0], w[1])
 
 
 def _buffers(chosen: np.ndarray, op_cfg: np.ndarray,

@@ -14,12 +14,20 @@ src/configs/gemm-config.c picks, for f32:
 - fully connected (`init_f32_gemm_config_impl`): 6x16 (mr=6, nr=16, kr=sr=1);
 - convolutions (`init_f32_igemm_config`): IGEMM 5x16 (mr in {1, 5}, nr=16);
 - the narrow config (`init_f32_gemm_nr2_config_impl`): 10x8 (mr in {1, 5, 10}, nr=8).
+
+8-bit operators (int8 weights) take the qs8_qc8w configurations instead, which depend on the
+CPU's instruction sets (`qs8_config`, read from /proc/cpuinfo the way
+src/configs/hardware-config.c reads cpuinfo): weights one byte each with the input channels
+rounded to `kr`, an int32 bias and a float scale per output channel (`extra_weights_bytes =
+sizeof(float)` of every qs8 convolution and fully connected variant); no nr2 config. Measured
+on the Intel VM (AVX-512 VNNI): datasets/host-cpu-memory-int8, docs/memory.md.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from math import prod
+from pathlib import Path
 from typing import NamedTuple
 
 from latpred.graph import Graph, Op
@@ -32,6 +40,44 @@ FC_NR = 16                  # init_f32_gemm_config_impl, x86 FMA3 asm: 6x16
 IGEMM_NR, IGEMM_MRS = 16, (1, 5)          # init_f32_igemm_config: 1x16, 5x16
 NR2_NR, NR2_MRS = 8, (1, 5, 10)           # init_f32_gemm_nr2_config_impl: 1x8, 5x8, 10x8
 DW_TILES, DW_CHANNEL_TILE = (3, 4, 9, 25), 16     # src/configs/dwconv-config.c, FMA3 unipass
+QS8_DW_TILES = (3, 9, 25)       # init_qs8_qc8w_dwconv_config, x86: 3p, 9p, 25p
+QS8_EXTRA = 4 + 4               # per output channel: int32 bias + float scale
+
+
+class Qs8Config(NamedTuple):
+    """src/configs/gemm-config.c `init_qs8_qc8w_gemm_config` (nr, kr, the IGEMM mrs) and
+    dwconv-config.c `init_qs8_qc8w_dwconv_config` (channel tile) for one x86 level."""
+
+    nr: int
+    kr: int
+    mrs: tuple[int, ...]
+    dw_channel_tile: int
+
+
+# In the order gemm-config.c tries them; the flags hardware-config.c requires (cpuinfo's names
+# as /proc/cpuinfo spells them). AVX512SKX = avx512f + bw + dq + vl.
+_SKX = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
+_QS8_LEVELS = (
+    (_SKX + ("avx512_vnni", "gfni", "amx_int8"), Qs8Config(64, 4, (1, 16), 32)),   # AVX512AMX
+    (_SKX + ("avx512_vnni",), Qs8Config(16, 8, (1, 7), 32)),                       # AVX512VNNI
+    (("avx_vnni_int8", "avx_vnni"), Qs8Config(8, 8, (1, 5), 16)),                  # AVXVNNIINT8
+    (("avx_vnni",), Qs8Config(8, 8, (1, 5), 16)),                                   # AVXVNNI
+    (_SKX, Qs8Config(16, 8, (1, 7), 32)),                                          # AVX512SKX
+    (("avx2",), Qs8Config(8, 8, (1, 3), 16)),                                       # AVX2
+)
+
+
+@lru_cache(maxsize=1)
+def qs8_config() -> Qs8Config:
+    """The qs8_qc8w configuration XNNPACK picks on this CPU (AVX2's where /proc/cpuinfo is
+    unreadable). Only AVX-512 VNNI is checked against a measurement (the Intel VM)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        flags = set(next(line for line in text.splitlines()
+                         if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        flags = set()
+    return next((cfg for need, cfg in _QS8_LEVELS if flags.issuperset(need)), _QS8_LEVELS[-1][1])
 
 
 class OpSignature(NamedTuple):
@@ -43,6 +89,11 @@ class OpSignature(NamedTuple):
     x: tuple[int, ...]          # input 0's shape
     w: tuple[int, ...]          # input 1's shape (the weights), () without one
     out: tuple[int, ...]        # output 0's shape
+    w_dtype: str = "float32"    # the weights' data type: int8 / uint8 take the qs8 rules
+
+    @property
+    def eight_bit(self) -> bool:
+        return self.w_dtype in ("int8", "uint8")
 
     def attr(self, name: str, default=None):
         return dict(self.attrs).get(name, default)
@@ -87,9 +138,10 @@ def _signature(tensors, op: Op) -> tuple:
     """`OpSignature`'s fields as a plain tuple: it hashes faster than the NamedTuple, which is
     built only on a cache miss."""
     ins = op.inputs
+    w = tensors[ins[1]] if len(ins) > 1 and ins[1] >= 0 else None
     return (op.type, op.attrs, tensors[ins[0]].shape if ins[0] >= 0 else (),
-            tensors[ins[1]].shape if len(ins) > 1 and ins[1] >= 0 else (),
-            tensors[op.outputs[0]].shape)
+            w.shape if w is not None else (), tensors[op.outputs[0]].shape,
+            w.dtype if w is not None else "float32")
 
 
 def packed_weights(graph: Graph, op: Op) -> int:
@@ -184,8 +236,32 @@ def _runs_as_fc(op: OpSignature) -> bool:
         and int(op.attr("groups", 1) or 1) == 1
 
 
+def _qs8_packed(op: OpSignature) -> int:
+    """8-bit weights (convolution-nhwc.c `create_igemm` / `create_dwconv_path`,
+    fully-connected-nc.c `create_fully_connected_nc`): per output channel its weights, one
+    byte each, the input channels rounded up to kr, plus QS8_EXTRA; output channels rounded
+    up to nr (channel_tile for the depthwise path); the total 64-aligned."""
+    cfg = qs8_config()
+    if op.type == "FULLY_CONNECTED" or _runs_as_fc(op):
+        cin = op.w[3] if op.type == "CONV_2D" else prod(op.w) // max(op.w[0], 1)
+        return align_up((align_up(cin, cfg.kr) + QS8_EXTRA) * align_up(op.w[0], cfg.nr),
+                        ALIGNMENT)
+    ks, gin, gout, groups, _ = _conv_geometry(op)
+    tile = _qs8_dw_tile(ks) if gin == 1 and gout == 1 else None
+    if tile is not None:
+        return align_up((tile + QS8_EXTRA) * align_up(groups, cfg.dw_channel_tile), ALIGNMENT)
+    per_group = (ks * align_up(gin, cfg.kr) + QS8_EXTRA) * align_up(gout, cfg.nr)
+    return align_up(per_group * groups, ALIGNMENT)
+
+
+def _qs8_dw_tile(kernel_size: int) -> int | None:
+    return next((t for t in QS8_DW_TILES if t >= kernel_size), None)
+
+
 def _packed(op: OpSignature) -> int:
     """The weights XNNPACK packs for the operator."""
+    if op.eight_bit and op.type in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"):
+        return _qs8_packed(op)
     if op.type == "FULLY_CONNECTED":
         return _fc_packed(prod(op.w) // max(op.w[0], 1), op.w[0])
     if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
@@ -208,7 +284,8 @@ def _indirection(op: OpSignature) -> int:
         return 0
     ks, gin, gout, groups, pixels = _conv_geometry(op)
     kh, kw = op.w[1], op.w[2]
-    tile = dw_tile(ks) if gin == 1 and gout == 1 else None
+    tile_of = _qs8_dw_tile if op.eight_bit else dw_tile
+    tile = tile_of(ks) if gin == 1 and gout == 1 else None
     if tile is not None:
         # convolution-nhwc.c `reshape_dwconv`: (primary_tile - kernel_size + OH * step_height)
         # pointers, 64-aligned; step_height = KH*KW + (OW - 1) * step_width * KH
@@ -219,6 +296,9 @@ def _indirection(op: OpSignature) -> int:
         return align_up((tile - ks + oh * step_h) * POINTER, ALIGNMENT)
     # convolution-nhwc.c `reshape_igemm`: kernel_size * round_up(OH * OW, mr) pointers, mr
     # from `xnn_get_heuristic_mr_igemm` over the chosen config's kernels
+    if op.eight_bit:
+        cfg = qs8_config()
+        return ks * align_up(pixels, heuristic_mr(pixels, cfg.mrs, cfg.nr)) * POINTER
     nr = _igemm_nr(gout)
     mr = heuristic_mr(pixels, NR2_MRS if nr == NR2_NR else IGEMM_MRS, nr)
     return ks * align_up(pixels, mr) * POINTER

@@ -3,11 +3,14 @@
 Sources: google-ai-edge/LiteRT v2.2.0 tflite/delegates/xnnpack/xnnpack_delegate.cc (the
 Visit* checks `supported` approximates), tflite/graph_info.cc
 (`PartitionGraphIntoIndependentNodeSubsets`, `BuildNodeSubset`). `xnnpack.delegated_input`
-builds the execution plan from these partitions.
+builds the execution plan from these partitions. An 8-bit op is also checked against what the
+delegate declines for 8-bit tensors (`latpred.deduce.xnnpack_int8.declined`, the rules the
+latency deduction uses: float-only Visit* functions, scale ranges, fused activations).
 """
 
 from __future__ import annotations
 
+from latpred.deduce.xnnpack_int8 import declined
 from latpred.graph import Graph, Op
 from latpred.memory.configs import OpConfigs
 from latpred.memory.litert_plan import MMAP
@@ -22,6 +25,7 @@ _ELEMENTWISE = frozenset({
 _ALWAYS = _ELEMENTWISE | {"CONCATENATION", "SPLIT", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
                           "RESIZE_BILINEAR", "BATCH_MATMUL", "QUANTIZE", "DEQUANTIZE"}
 _DATA_DTYPES = frozenset({"float32", "int8", "uint8"})
+_EIGHT_BIT = frozenset({"int8", "uint8"})
 # Ops with operands that must be static (kTfLiteMmapRo): input positions.
 _STATIC = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1, 2),
            "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "REDUCE_MIN": (1,), "PAD": (1,),
@@ -34,6 +38,8 @@ def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
     """Whether the delegate takes `op` (float32 graphs; an approximation of its Visit* checks:
     operand types, static operands; SOFTMAX needs beta 1; SPLIT_V, SHAPE, PACK, GATHER stay)."""
     ins, type_ = op.inputs, op.type
+    if eight_bit(graph, op) and declined(graph, op):
+        return False
     data = 1 if type_ == "SPLIT" else 0          # SPLIT: axis first
     if len(ins) > data and ins[data] >= 0 and graph.tensors[ins[data]].dtype not in _DATA_DTYPES:
         return False  # XNNPACK takes fp32 and 8-bit quantized tensors, not int32 shapes
@@ -46,6 +52,11 @@ def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
     if type_ in _ALWAYS:
         return type_ != "SPLIT" or kinds[ins[0]] == MMAP
     return (type_ in _POOLS or type_ == "SOFTMAX") and attrs_supported(op)
+
+
+def eight_bit(graph: Graph, op: Op) -> bool:
+    """Whether `op` writes an 8-bit tensor (the delegate's quantized Visit* paths)."""
+    return bool(op.outputs) and graph.tensors[op.outputs[0]].dtype in _EIGHT_BIT
 
 
 def attrs_supported(op: Op) -> bool:
@@ -90,7 +101,8 @@ def _supported_ops(graph: Graph, kinds: dict[int, str], configs: OpConfigs | Non
                    ) -> list[bool]:
     """`supported` per op. With `configs` (given only while every allocation type is the
     default one, so that it depends on nothing but the op's configuration), computed once per
-    configuration."""
+    configuration; an 8-bit op's each time (its scales decide, and a configuration does not
+    name them)."""
     if configs is None:
         return [supported(graph, op, kinds) for op in graph.ops]
     known = configs.supported
@@ -99,7 +111,7 @@ def _supported_ops(graph: Graph, kinds: dict[int, str], configs: OpConfigs | Non
         s = known.get(c)
         if s is None:
             s = supported(graph, op, kinds)
-            if c >= 0:
+            if c >= 0 and not eight_bit(graph, op):
                 known[c] = s
         out.append(s)
     return out

@@ -54,3 +54,14 @@ for name, fit in (("even", ok.index % 2 == 0), ("odd", ok.index % 2 == 1)):
     print(f"fitted on the {name} rows ({c:,.0f} B), the others within 5%: "
           f"{(e <= 5).mean() * 100:.1f}%, MdAPE {e.median():.2f}%")
 x.to_csv(Path(sys.argv[3] if len(sys.argv) > 3 else "out/memory_int8_score.csv"), index=False)
+
+# NAS candidates: the float graph rebuilt from each row's arch, on the int8 target (planned as
+# the int8 model latpred writes of it; the model buffer estimated from the graph, no file)
+import json  # noqa: E402
+
+from latpred.sampler import build_graph  # noqa: E402
+
+e = pd.Series([(predict_memory(build_graph(json.loads(r.arch)), "host/cpu/int8/t1").total -
+                r.rss_delta) / r.rss_delta * 100 for r in d.itertuples() if r.rss_delta > 0])
+print(f"float graphs on the int8 target: within 5% {(e.abs() <= 5).mean() * 100:.1f}%, "
+      f"MdAPE {e.abs().median():.2f}%, median signed {e.median():+.2f}%")

@@ -350,3 +350,35 @@ def test_int8_totals_compiled_path_equals_the_python_planner():
     graphs = _int8_graphs()
     assert memory_totals(graphs, "host/cpu/int8/t1").tolist() == \
         [memory_total(g) for g in graphs]
+
+
+def test_float_graph_on_an_int8_target_is_planned_as_its_int8_model(tmp_path):
+    """A NAS candidate (a float graph) on host/cpu/int8/t1: the memory of the int8 model
+    latpred writes of it, in predict_memory, memory_totals and predict_many_with_memory."""
+    import sys
+
+    from latpred.memory import memory_totals, predict_many_with_memory
+    from latpred.predictors import LatencyModel
+    from latpred.sampler import build_graph, sample
+    from latpred.tflite import read_tflite, write_tflite
+    from latpred.tflite.quantize import int8_layout
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from simdata import simulate
+
+    int8 = "host/cpu/int8/t1"
+    graphs = [build_graph(a) for a in sample(ROOT / "search_space" / "synthetic_cnn.yaml", 4, 3)]
+    written = [read_tflite(write_tflite(g, precision="int8", seed=2)) for g in graphs]
+    for g, q in zip(graphs, written):
+        assert predict_memory(g, int8).total == predict_memory(int8_layout(g), int8).total
+        # the written file's calibrated scales may decline an ADD or MUL the layout's
+        # placeholder scales let through (as the latency deduction assumes of a float graph)
+        assert predict_memory(g, int8).total == pytest.approx(predict_memory(q, int8).total,
+                                                              rel=0.01)
+        assert predict_memory(g, int8).total < 0.5 * predict_memory(g, TARGET).total
+    totals = memory_totals(graphs, int8).tolist()
+    assert totals == [predict_memory(g, int8).total for g in graphs]
+    model = LatencyModel.fit(simulate(tmp_path / "sim", int8, n_models=12).root, int8,
+                             family="gbdt", search="none")
+    preds, peaks = predict_many_with_memory(model, graphs, allow_fallback=True)
+    assert peaks.tolist() == totals and len(preds) == len(graphs)

@@ -330,3 +330,23 @@ def test_int8_all_zero_tensor_gets_the_converters_unit_scale() -> None:
     sub = next(op for op in q.ops if op.type == "SUB")
     assert q.tensors[sub.outputs[0]].quantization == Quantization((1.0,), (-128,))
     assert _run(data)[0].dtype == _run_builtin(data)[0].dtype == np.int8
+
+
+def test_int8_layout_is_the_written_int8_structure() -> None:
+    """`int8_layout` (no calibration, no weights) gives the ops, wiring, shapes and data types
+    of the int8 file the writer makes: islands, requantized conflicts, int32 biases."""
+    from latpred.tflite.quantize import int8_layout
+
+    b = GraphBuilder("layout")
+    x = b.input((1, 8, 8, 4))
+    y = b.conv2d(x, 8, 1)
+    y = b.concat([b.tanh(y), b.sigmoid(y)], axis=-1)
+    t = (Tensor("x", (1, 8)), Tensor("e", (1, 8)), Tensor("y", (1, 8)))
+    exp = Graph(t, (Op.make("EXP", (0,), (1,)), Op.make("RELU", (1,), (2,))), (0,), (2,), "exp")
+    b.output(b.fully_connected(b.reshape(b.mean(y, (1, 2), keep_dims=False), (1, -1)), 4))
+    for g in (b.build(), every_op(), exp):
+        want, got = read_tflite(write_tflite(g, precision="int8", seed=1)), int8_layout(g)
+        assert [(op.type, op.inputs, op.outputs) for op in got.ops] == \
+            [(op.type, op.inputs, op.outputs) for op in want.ops]
+        assert [(t.shape, t.dtype, t.is_constant) for t in got.tensors] == \
+            [(t.shape, t.dtype, t.is_constant) for t in want.tensors]

@@ -39,6 +39,7 @@ def predict_memory(graph: Graph, target, kernels: str | None = None,
 
     `kernels`: "xnnpack" (default: what LiteRT uses on the CPU) or "builtin" (TFLite's own
     kernels, no delegate). `model_bytes`: the .tflite file's size when known (else estimated).
+    A float graph on an int8 target is planned as the int8 model latpred writes of it.
     On a CUDA target (`pytorch-cuda`) both are ignored: the prediction is the peak
     `torch.cuda.max_memory_allocated` of loading `latpred.pytorch.to_torch`'s module and one
     inference at the target's batch and precision (`latpred.memory.cuda`).
@@ -48,9 +49,10 @@ def predict_memory(graph: Graph, target, kernels: str | None = None,
         from latpred.memory.cuda import predict_cuda
 
         return predict_cuda(graph, t)
-    from latpred.memory.host_cpu import predict_host_cpu
+    from latpred.memory.host_cpu import for_precision, predict_host_cpu
 
-    return predict_host_cpu(graph, str(t), kernels or "xnnpack", model_bytes)
+    return predict_host_cpu(for_precision(graph, t.precision), str(t), kernels or "xnnpack",
+                            model_bytes)
 
 
 def naive_sum(graph: Graph) -> int:

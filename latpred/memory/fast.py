@@ -17,8 +17,8 @@ from latpred.graph import Graph
 from latpred.memory import xnnpack
 from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs, batch_configs
-from latpred.memory.host_cpu import (eight_bit_operators, estimate_model_bytes, overhead,
-                                     transient)
+from latpred.memory.host_cpu import (eight_bit_operators, estimate_model_bytes,
+                                     for_precision, overhead, transient)
 from latpred.memory.litert_builtin import builtin_input
 from latpred.memory.litert_plan import plan
 
@@ -53,6 +53,7 @@ def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
 
         return np.array([simulate(g, t.precision, t.batch)["peak"] for g in graphs],
                         dtype=np.int64)
+    graphs = [for_precision(g, t.precision) for g in graphs]
     if kernels == "xnnpack" and _compiled():
         from latpred.memory.flat import graph_totals
 
@@ -66,8 +67,14 @@ def predict_many_with_memory(model: Any, graphs: Sequence[Graph], *, kernels: st
     from latpred.memory import _check_target
 
     batched = getattr(model, "predict_many_batch", None)
-    if batched is None or _check_target(model.target).processor != "cpu":
+    t = _check_target(model.target)
+    if batched is None:
         preds = model.predict_many(graphs, allow_fallback=allow_fallback)
+        return preds, memory_totals(graphs, model.target, kernels)
+    if t.processor != "cpu" or t.precision == "int8":
+        # int8: the memory of the int8 models (`for_precision`), not of the float graphs the
+        # latency batch holds
+        preds, graphs = batched(graphs, allow_fallback=allow_fallback)[:2]
         return preds, memory_totals(graphs, model.target, kernels)
     if kernels == "xnnpack" and _compiled():
         from latpred.memory.flat import Wiring, xnnpack_totals

@@ -46,6 +46,22 @@ def overhead(n_tensors: int, eight_bit: bool = False) -> int:
                (OVERHEAD_EIGHT_BIT_FIXED if eight_bit else 0))
 
 
+def for_precision(graph: Graph, precision: str) -> Graph:
+    """The graph LiteRT would run for a target of `precision`: a float graph (a NAS candidate
+    not yet written) on an int8 target becomes the int8 model latpred's writer makes of it
+    (`tflite.quantize.int8_layout`: the same ops and data types, no calibration), as the
+    latency deduction treats it as quantized. Any other graph is returned as it is."""
+    if precision != "int8" or any(t.dtype in ("int8", "uint8") or t.quantization is not None
+                                  for t in graph.tensors):
+        return graph
+    from latpred.tflite.quantize import int8_layout
+
+    try:
+        return int8_layout(graph)
+    except UnsupportedModelError:       # not a float graph latpred could write as int8
+        return graph
+
+
 def eight_bit_operators(graph: Graph, delegated) -> bool:
     """Whether any delegated op (indices) has 8-bit weights (XNNPACK's qs8 operators)."""
     tensors = graph.tensors

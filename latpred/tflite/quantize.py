@@ -114,6 +114,41 @@ def quantize(graph: Graph, seed: int) -> tuple[Graph, dict[int, np.ndarray]]:
     return Graph(tuple(tensors), tuple(ops), graph.inputs, graph.outputs, graph.name), qdata
 
 
+def int8_layout(graph: Graph) -> Graph:
+    """The int8 graph `quantize` would write, without calibration or weights: the same ops
+    (fp32 islands between DEQUANTIZE and QUANTIZE, conflicting fixed parameters requantized)
+    and data types. Activations get placeholder parameters (a [0, 1] range) unless fixed, so
+    checks on scales see equal ones, as the latency deduction assumes of a float graph. For
+    what depends on structure and data types only: the memory a NAS candidate needs on an
+    int8 target before it is written (`latpred.memory`)."""
+    _check_float(graph)
+    island = {i for i, op in enumerate(graph.ops)
+              if op.type not in FREE | SAME_SCALE | FIXED.keys()}
+    keep_float = _float_tensors(graph, island)
+    floats = [(i, t.is_constant) for i, t in enumerate(graph.tensors) if t.dtype == "float32"]
+    ranges = {i: (0.0, 1.0) for i, const in floats if not const}
+    stand_in = {i: np.zeros(1, np.float32) for i, const in floats if const}   # no weights
+    params, requant = _activation_params(graph, ranges, stand_in, island, keep_float)
+    tensors = list(graph.tensors)
+    for i, q in params.items():
+        t = graph.tensors[i]
+        tensors[i] = Tensor(t.name, t.shape, "int8", q, t.is_constant, None)
+    for op_index, op in enumerate(graph.ops):
+        if op_index in island:
+            continue
+        for k, t in enumerate(op.inputs):
+            src = tensors[t] if t >= 0 else None
+            if src is None or not src.is_constant or src.dtype != "float32":
+                continue
+            bias = k == 2 and op.type in _HAS_BIAS
+            axis = _WEIGHT_AXIS.get(op.type) if k == 1 else None
+            n = src.shape[axis] if axis is not None else 1
+            q = Quantization((1.0,) * n, (0,) * n, axis or 0)
+            tensors[t] = Tensor(src.name, src.shape, "int32" if bias else "int8", q, True, None)
+    ops = _requantize(_wrap_islands(graph, tensors, island, keep_float), tensors, requant)
+    return Graph(tuple(tensors), tuple(ops), graph.inputs, graph.outputs, graph.name)
+
+
 def _check_float(graph: Graph) -> None:
     for t in graph.tensors:
         if t.quantization is not None or t.dtype not in ("float32", "int32", "int64", "bool"):

@@ -20,7 +20,8 @@ CPU's instruction sets (`qs8_config`, read from /proc/cpuinfo the way
 src/configs/hardware-config.c reads cpuinfo): weights one byte each with the input channels
 rounded to `kr`, an int32 bias and a float scale per output channel (`extra_weights_bytes =
 sizeof(float)` of every qs8 convolution and fully connected variant); no nr2 config. Measured
-on the Intel VM (AVX-512 VNNI): datasets/host-cpu-memory-int8, docs/memory.md.
+on the Intel VM, whose AMX level is the one checked: datasets/host-cpu-memory-int8,
+docs/memory.md.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ _QS8_LEVELS = (
 @lru_cache(maxsize=1)
 def qs8_config() -> Qs8Config:
     """The qs8_qc8w configuration XNNPACK picks on this CPU (AVX2's where /proc/cpuinfo is
-    unreadable). Only AVX-512 VNNI is checked against a measurement (the Intel VM)."""
+    unreadable). Only the AMX level is checked against a measurement (the Intel VM)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
         flags = set(next(line for line in text.splitlines()

@@ -23,7 +23,7 @@ from latpred.graph import Graph, Op
 from latpred.tflite.quantize import FIXED, FREE, SAME_SCALE
 
 _EIGHT_BIT = ("int8", "uint8")
-_EIGHT_BIT_SET = frozenset(_EIGHT_BIT)
+EIGHT_BIT_TYPES = frozenset(_EIGHT_BIT)   # also what latpred.memory calls 8-bit
 _dtype = attrgetter("dtype")
 _QUANTIZABLE = FREE | SAME_SCALE | FIXED.keys()
 
@@ -63,7 +63,7 @@ def quantized(graph: Graph, op: Op, precision: str | None) -> bool:
 def may_quantize(graph: Graph, precision: str | None) -> bool:
     """False when `quantized` is False for every op of `graph` (no 8-bit tensor, a float
     target): checked once per graph instead of per op."""
-    return precision == "int8" or not _EIGHT_BIT_SET.isdisjoint(map(_dtype, graph.tensors))
+    return precision == "int8" or not EIGHT_BIT_TYPES.isdisjoint(map(_dtype, graph.tensors))
 
 
 def declined(graph: Graph, op: Op) -> str:

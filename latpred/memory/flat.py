@@ -137,7 +137,7 @@ def batch_tensors(graphs: Sequence[Graph], batch: Any) -> tuple[Tensors, np.ndar
     key_size = np.fromiter((prod(k[0]) * _ITEMSIZE[k[1]] for k in keys), np.int64, len(keys))
     key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
     key_dtype = np.fromiter((k[1] in partition._DATA_DTYPES for k in keys), np.bool_, len(keys))
-    key_eight = np.fromiter((k[1] in partition._EIGHT_BIT for k in keys), np.bool_, len(keys))
+    key_eight = np.fromiter((k[1] in partition.EIGHT_BIT_TYPES for k in keys), np.bool_, len(keys))
     ptr, ids = _csr(batch.tensor_ids)
     ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
     g_tens = ptr - np.arange(len(ptr))
@@ -153,7 +153,7 @@ def graph_tensors(graphs: Sequence[Graph]) -> Tensors:
     dtypes = list(map(_DTYPE, chain.from_iterable(map(_TENSORS, graphs))))
     dtype_ok = np.fromiter(map(partition._DATA_DTYPES.__contains__, dtypes), np.bool_,
                            g_tens[-1])
-    eight = np.fromiter(map(partition._EIGHT_BIT.__contains__, dtypes), np.bool_, g_tens[-1])
+    eight = np.fromiter(map(partition.EIGHT_BIT_TYPES.__contains__, dtypes), np.bool_, g_tens[-1])
     return Tensors(size, const, dtype_ok, g_tens, eight)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import compress
 
+from latpred.deduce.xnnpack_int8 import EIGHT_BIT_TYPES
 from latpred.errors import UnsupportedModelError
 from latpred.graph import Graph
 from latpred.memory.litert_builtin import builtin_input, tensor_table
@@ -51,14 +52,13 @@ def for_precision(graph: Graph, precision: str) -> Graph:
     not yet written) on an int8 target becomes the int8 model latpred's writer makes of it
     (`tflite.quantize.int8_layout`: the same ops and data types, no calibration), as the
     latency deduction treats it as quantized. Any other graph is returned as it is."""
-    if precision != "int8" or any(t.dtype in ("int8", "uint8") or t.quantization is not None
-                                  for t in graph.tensors):
+    if precision != "int8":
         return graph
     from latpred.tflite.quantize import int8_layout
 
     try:
         return int8_layout(graph)
-    except UnsupportedModelError:       # not a float graph latpred could write as int8
+    except UnsupportedModelError:   # already 8-bit or quantized, or no float graph it writes
         return graph
 
 
@@ -68,7 +68,7 @@ def eight_bit_operators(graph: Graph, delegated) -> bool:
     for i in delegated:
         op = graph.ops[i]
         if op.type in xnn_ops._WITH_BUFFERS and len(op.inputs) > 1 and op.inputs[1] >= 0 \
-                and tensors[op.inputs[1]].dtype in ("int8", "uint8"):
+                and tensors[op.inputs[1]].dtype in EIGHT_BIT_TYPES:
             return True
     return False
 

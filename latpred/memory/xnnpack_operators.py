@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from math import prod
-from pathlib import Path
 from typing import NamedTuple
 
+from latpred.deduce.xnnpack_int8 import EIGHT_BIT_TYPES
 from latpred.graph import Graph, Op
 from latpred.memory.arena import align_up
 from latpred.memory.configs import OpConfigs
@@ -72,12 +72,9 @@ _QS8_LEVELS = (
 def qs8_config() -> Qs8Config:
     """The qs8_qc8w configuration XNNPACK picks on this CPU (AVX2's where /proc/cpuinfo is
     unreadable). Only the AMX level is checked against a measurement (the Intel VM)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        flags = set(next(line for line in text.splitlines()
-                         if line.startswith("flags")).split(":", 1)[1].split())
-    except (OSError, StopIteration):
-        flags = set()
+    from latpred.profile.machine import cpu_flags
+
+    flags = cpu_flags()
     return next((cfg for need, cfg in _QS8_LEVELS if flags.issuperset(need)), _QS8_LEVELS[-1][1])
 
 
@@ -94,7 +91,7 @@ class OpSignature(NamedTuple):
 
     @property
     def eight_bit(self) -> bool:
-        return self.w_dtype in ("int8", "uint8")
+        return self.w_dtype in EIGHT_BIT_TYPES
 
     def attr(self, name: str, default=None):
         return dict(self.attrs).get(name, default)
@@ -207,10 +204,11 @@ def _igemm_packed(kernel_size: int, group_in: int, group_out: int, groups: int) 
     return align_up(per_group * groups, ALIGNMENT)
 
 
-def dw_tile(kernel_size: int) -> int | None:
-    """convolution-nhwc.c `find_dwconv_ukernel`: the smallest unipass primary tile that holds
-    the kernel; None above 25 taps (the convolution then runs as an IGEMM)."""
-    return next((t for t in DW_TILES if t >= kernel_size), None)
+def dw_tile(kernel_size: int, tiles: tuple[int, ...] = DW_TILES) -> int | None:
+    """convolution-nhwc.c `find_dwconv_ukernel`: the smallest unipass primary tile of `tiles`
+    (f32's, or QS8_DW_TILES) that holds the kernel; None above 25 taps (the convolution then
+    runs as an IGEMM)."""
+    return next((t for t in tiles if t >= kernel_size), None)
 
 
 def _conv_geometry(op: OpSignature) -> tuple[int, int, int, int, int]:
@@ -248,15 +246,11 @@ def _qs8_packed(op: OpSignature) -> int:
         return align_up((align_up(cin, cfg.kr) + QS8_EXTRA) * align_up(op.w[0], cfg.nr),
                         ALIGNMENT)
     ks, gin, gout, groups, _ = _conv_geometry(op)
-    tile = _qs8_dw_tile(ks) if gin == 1 and gout == 1 else None
+    tile = dw_tile(ks, QS8_DW_TILES) if gin == 1 and gout == 1 else None
     if tile is not None:
         return align_up((tile + QS8_EXTRA) * align_up(groups, cfg.dw_channel_tile), ALIGNMENT)
     per_group = (ks * align_up(gin, cfg.kr) + QS8_EXTRA) * align_up(gout, cfg.nr)
     return align_up(per_group * groups, ALIGNMENT)
-
-
-def _qs8_dw_tile(kernel_size: int) -> int | None:
-    return next((t for t in QS8_DW_TILES if t >= kernel_size), None)
 
 
 def _packed(op: OpSignature) -> int:
@@ -285,8 +279,8 @@ def _indirection(op: OpSignature) -> int:
         return 0
     ks, gin, gout, groups, pixels = _conv_geometry(op)
     kh, kw = op.w[1], op.w[2]
-    tile_of = _qs8_dw_tile if op.eight_bit else dw_tile
-    tile = tile_of(ks) if gin == 1 and gout == 1 else None
+    tiles = QS8_DW_TILES if op.eight_bit else DW_TILES
+    tile = dw_tile(ks, tiles) if gin == 1 and gout == 1 else None
     if tile is not None:
         # convolution-nhwc.c `reshape_dwconv`: (primary_tile - kernel_size + OH * step_height)
         # pointers, 64-aligned; step_height = KH*KW + (OW - 1) * step_width * KH

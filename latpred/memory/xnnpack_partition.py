@@ -10,7 +10,7 @@ latency deduction uses: float-only Visit* functions, scale ranges, fused activat
 
 from __future__ import annotations
 
-from latpred.deduce.xnnpack_int8 import declined
+from latpred.deduce.xnnpack_int8 import EIGHT_BIT_TYPES, declined
 from latpred.graph import Graph, Op
 from latpred.memory.configs import OpConfigs
 from latpred.memory.litert_plan import MMAP
@@ -25,7 +25,6 @@ _ELEMENTWISE = frozenset({
 _ALWAYS = _ELEMENTWISE | {"CONCATENATION", "SPLIT", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
                           "RESIZE_BILINEAR", "BATCH_MATMUL", "QUANTIZE", "DEQUANTIZE"}
 _DATA_DTYPES = frozenset({"float32", "int8", "uint8"})
-_EIGHT_BIT = frozenset({"int8", "uint8"})
 # Ops with operands that must be static (kTfLiteMmapRo): input positions.
 _STATIC = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1, 2),
            "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "REDUCE_MIN": (1,), "PAD": (1,),
@@ -56,7 +55,7 @@ def supported(graph: Graph, op: Op, kinds: dict[int, str]) -> bool:
 
 def eight_bit(graph: Graph, op: Op) -> bool:
     """Whether `op` writes an 8-bit tensor (the delegate's quantized Visit* paths)."""
-    return bool(op.outputs) and graph.tensors[op.outputs[0]].dtype in _EIGHT_BIT
+    return bool(op.outputs) and graph.tensors[op.outputs[0]].dtype in EIGHT_BIT_TYPES
 
 
 def attrs_supported(op: Op) -> bool:

@@ -23,6 +23,11 @@ def _first_cpu() -> dict[str, str]:
     return fields
 
 
+def cpu_flags() -> frozenset[str]:
+    """The first CPU's feature flags from /proc/cpuinfo (empty where unreadable)."""
+    return frozenset(_first_cpu().get("flags", "").split())
+
+
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
     return _first_cpu().get("model name") or platform.processor() or platform.machine()

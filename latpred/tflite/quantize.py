@@ -96,17 +96,13 @@ def quantize(graph: Graph, seed: int) -> tuple[Graph, dict[int, np.ndarray]]:
     from latpred.tflite.writer import serialize
 
     ranges = calibrate(serialize(graph, data), graph, seed)
-    island = {i for i, op in enumerate(graph.ops)
-              if op.type not in FREE | SAME_SCALE | FIXED.keys()}
+    island = _islands(graph)
     keep_float = _float_tensors(graph, island)
     params, requant = _activation_params(graph, ranges, data, island, keep_float)
-    tensors = list(graph.tensors)
+    tensors = _int8_tensors(graph, params)
     qdata = dict(data)
-    for i, q in params.items():
-        t = graph.tensors[i]
-        tensors[i] = Tensor(t.name, t.shape, "int8", q, t.is_constant, None)
-        if t.is_constant:
-            qdata[i] = _to_int8(data[i], q)
+    qdata.update((i, _to_int8(data[i], q)) for i, q in params.items()
+                 if graph.tensors[i].is_constant)
     for op_index, op in enumerate(graph.ops):
         if op_index not in island:
             _quantize_weights(op, graph, params, data, tensors, qdata)
@@ -122,17 +118,13 @@ def int8_layout(graph: Graph) -> Graph:
     what depends on structure and data types only: the memory a NAS candidate needs on an
     int8 target before it is written (`latpred.memory`)."""
     _check_float(graph)
-    island = {i for i, op in enumerate(graph.ops)
-              if op.type not in FREE | SAME_SCALE | FIXED.keys()}
+    island = _islands(graph)
     keep_float = _float_tensors(graph, island)
     floats = [(i, t.is_constant) for i, t in enumerate(graph.tensors) if t.dtype == "float32"]
     ranges = {i: (0.0, 1.0) for i, const in floats if not const}
     stand_in = {i: np.zeros(1, np.float32) for i, const in floats if const}   # no weights
     params, requant = _activation_params(graph, ranges, stand_in, island, keep_float)
-    tensors = list(graph.tensors)
-    for i, q in params.items():
-        t = graph.tensors[i]
-        tensors[i] = Tensor(t.name, t.shape, "int8", q, t.is_constant, None)
+    tensors = _int8_tensors(graph, params)
     for op_index, op in enumerate(graph.ops):
         if op_index in island:
             continue
@@ -147,6 +139,21 @@ def int8_layout(graph: Graph) -> Graph:
             tensors[t] = Tensor(src.name, src.shape, "int32" if bias else "int8", q, True, None)
     ops = _requantize(_wrap_islands(graph, tensors, island, keep_float), tensors, requant)
     return Graph(tuple(tensors), tuple(ops), graph.inputs, graph.outputs, graph.name)
+
+
+def _islands(graph: Graph) -> set[int]:
+    """Ops with no int8 kernel known here: they stay fp32 (`_wrap_islands`)."""
+    return {i for i, op in enumerate(graph.ops)
+            if op.type not in FREE | SAME_SCALE | FIXED.keys()}
+
+
+def _int8_tensors(graph: Graph, params: dict[int, Quantization]) -> list[Tensor]:
+    """The graph's tensors, those of `params` made int8 with their parameters."""
+    tensors = list(graph.tensors)
+    for i, q in params.items():
+        t = graph.tensors[i]
+        tensors[i] = Tensor(t.name, t.shape, "int8", q, t.is_constant, None)
+    return tensors
 
 
 def _check_float(graph: Graph) -> None:

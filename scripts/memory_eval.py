@@ -1,6 +1,11 @@
 """Score `latpred.predict_memory` on datasets/host-cpu-memory (docs/memory.md's figures).
 
     python scripts/memory_eval.py --data datasets/host-cpu-memory [--json out/memory_eval.json]
+        [--cpu-level avx2]
+
+`--cpu-level` sizes XNNPACK's buffers as the measuring CPU did when that is not this one
+(`xnnpack_configs.LEVELS`): host-cpu-memory was measured on an AVX2/FMA3 CPU ("avx2"),
+host-cpu-memory-vm3 on an AVX-512 one ("amx").
 
 Graphs are rebuilt from the stored architecture JSON (the committed file for corpus models);
 the model buffer is the measured file's size. Pure Python: no runtime runs.
@@ -22,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from latpred.builder import GraphBuilder  # noqa: E402
 from latpred.memory import largest_layer, naive_sum, predict_memory  # noqa: E402
 from latpred.memory import xnnpack  # noqa: E402
+from latpred.memory.xnnpack_configs import LEVELS, for_cpu  # noqa: E402
 from latpred.memory.host_cpu import arena_plan, estimate_model_bytes  # noqa: E402
 from latpred.sampler import build_graph  # noqa: E402
 from latpred.tflite import read_tflite  # noqa: E402
@@ -134,9 +140,15 @@ def main() -> None:
     ap.add_argument("--rows", default=None, help="Write per-model rows (CSV) here.")
     ap.add_argument("--fit", action="store_true",
                     help="Also fit the per-op/per-tensor overhead (held-out half scored).")
+    ap.add_argument("--cpu-level", choices=sorted(LEVELS), default=None,
+                    help="The measuring CPU's x86 level, when not this CPU's.")
     args = ap.parse_args()
     df = pd.read_parquet(Path(args.data) / "models.parquet")
-    rows, figures = score(df)
+    if args.cpu_level:
+        with for_cpu(args.cpu_level):
+            rows, figures = score(df)
+    else:
+        rows, figures = score(df)
     if args.fit:
         figures["overhead_fit"] = fit_overhead(rows)
     print(json.dumps(figures, indent=1))

@@ -13,6 +13,7 @@ from latpred.memory import largest_layer, naive_sum, predict_memory
 from latpred.memory.arena import SimpleArena
 from latpred.memory.host_cpu import arena_plan
 from latpred.memory.xnnpack import _find_offset
+from latpred.memory.xnnpack_configs import for_cpu
 from latpred.memory.xnnpack_operators import packed_weights
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,8 +121,12 @@ def test_prediction_breakdown_and_peak_row():
     assert x.kernels == "xnnpack" and x.arena < pred.arena
     conv = g.ops[0]
     assert x.weights_packed == packed_weights(g, conv)   # MEAN packs nothing
-    # 4 outputs < the IGEMM's nr=16: the nr2 config (nr=8), (3*3*4*4 + 4) * 8 = 1184 -> 1216
-    assert packed_weights(g, conv) == 1216
+    # 4 outputs < the IGEMM's nr: the nr2 config, (3*3*4*4 + 4) * nr2; FMA3's nr2 is 8
+    # (1184 -> 1216), AVX-512F's 16
+    with for_cpu("avx2"):
+        assert packed_weights(g, conv) == 1216
+    with for_cpu("avx512"):
+        assert packed_weights(g, conv) == 148 * 16 == 2368
     assert x.total == sum(v for k, v in x.breakdown().items() if k not in
                           ("total", "weights_stored"))
     assert naive_sum(g) > largest_layer(g) > 0
@@ -320,15 +325,14 @@ def test_litert_xnnpack_arena_equals_the_plan_int8():
         assert reading.arena_bytes == arena_plan(graph, "xnnpack")[0].arena_bytes, graph.name
 
 
-def test_int8_packed_weights_by_the_qs8_rules(monkeypatch):
+def test_int8_packed_weights_by_the_qs8_rules():
     """create_igemm / create_dwconv_path / create_fully_connected_nc with a qs8_qc8w config:
     one byte a weight, input channels rounded to kr, 4 + 4 bytes (bias, scale) per output
     channel, output channels rounded to nr (the depthwise path: to its channel tile)."""
     from latpred.memory import xnnpack_operators as xnn_ops
+    from latpred.memory.xnnpack_configs import Qs8Config, for_cpu, qs8_config
     from latpred.tflite import read_tflite, write_tflite
 
-    vnni = xnn_ops.Qs8Config(nr=16, kr=8, mrs=(1, 7), dw_channel_tile=32)
-    monkeypatch.setattr(xnn_ops, "qs8_config", lambda: vnni)
     b = GraphBuilder("qs8")
     x = b.input((1, 14, 14, 20))
     y = b.conv2d(x, 40, 3)                       # IGEMM: 9 taps x 24 (20 -> kr 8), 48 outputs
@@ -336,10 +340,13 @@ def test_int8_packed_weights_by_the_qs8_rules(monkeypatch):
     y = b.conv2d(y, 40, 1)                       # 1x1: a fully connected node, 40 -> 40 (48)
     b.output(b.fully_connected(b.reshape(y, (1, -1)), 10))
     q = read_tflite(write_tflite(b.build(), precision="int8"))
-    packed = [xnn_ops.packed_weights(q, op) for op in q.ops if op.type != "RESHAPE"]
-    assert packed == [(9 * 24 + 8) * 48, (9 + 8) * 64, (40 + 8) * 48, (14 * 14 * 40 + 8) * 16]
-    # the IGEMM's indirection: 9 taps x 196 output pixels (SAME), a multiple of mr = 7
-    assert xnn_ops.indirection_bytes(q, q.ops[0]) == 9 * 196 * 8
+    with for_cpu("avx512vnni"):
+        assert qs8_config() == Qs8Config(nr=16, kr=8, mrs=(1, 7), dw_channel_tile=32)
+        packed = [xnn_ops.packed_weights(q, op) for op in q.ops if op.type != "RESHAPE"]
+        assert packed == [(9 * 24 + 8) * 48, (9 + 8) * 64, (40 + 8) * 48,
+                          (14 * 14 * 40 + 8) * 16]
+        # the IGEMM's indirection: 9 taps x 196 output pixels (SAME), a multiple of mr = 7
+        assert xnn_ops.indirection_bytes(q, q.ops[0]) == 9 * 196 * 8
 
 
 def test_int8_totals_compiled_path_equals_the_python_planner():

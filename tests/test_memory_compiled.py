@@ -179,9 +179,12 @@ def _random_signature(rng: random.Random) -> tuple:
     return (op_type, tuple(sorted(attrs.items())), x, w, (1, oh, ow, x[3]))
 
 
-def test_compiled_buffers_are_the_operator_rules():
-    # packed weights + indirection of random signatures: the port against xnnpack_operators
+@pytest.mark.parametrize("level", ["avx2", "zen1", "avx512"])
+def test_compiled_buffers_are_the_operator_rules(level):
+    # packed weights + indirection of random signatures: the port against xnnpack_operators,
+    # with each x86 level's f32 configurations
     from latpred.memory import compiled_buffers as cb
+    from latpred.memory.xnnpack_configs import f32_config, for_cpu
     from latpred.memory.xnnpack_operators import _buffers
 
     rng = random.Random(13)
@@ -189,9 +192,11 @@ def test_compiled_buffers_are_the_operator_rules():
     rows = [(cb.CODES[t], *cb.attr_row(t, a)) for t, a, *_ in sigs]
     table = np.array(rows, np.int64)
     x, w, out = (cb.dims_rows([sig[i] for sig in sigs]) for i in (2, 3, 4))
-    values, ok = cb.op_buffers(table[:, 0], table[:, 1:], x, w, out)
-    assert ok.all()
-    assert values.tolist() == [sum(_buffers(sig)) for sig in sigs]
+    with for_cpu(level):
+        values, ok = cb.op_buffers(table[:, 0], table[:, 1:], x, w, out,
+                                   cb.config_table(f32_config()))
+        assert ok.all()
+        assert values.tolist() == [sum(_buffers(sig)) for sig in sigs]
     assert len({v for v in values.tolist()}) > 1000        # the cases are not all alike
 
 

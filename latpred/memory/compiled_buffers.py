@@ -24,6 +24,7 @@ import numpy as np
 from numba import njit
 
 from latpred.memory import xnnpack_operators as xnn_ops
+from latpred.memory.xnnpack_configs import F32Config, f32_config
 
 CODES = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 2, "MAX_POOL_2D": 3,
          "AVERAGE_POOL_2D": 4}
@@ -31,10 +32,18 @@ ATTRS = ("groups", "depth_multiplier", "stride_h", "stride_w", "dilation_w", "fi
          "filter_w", "same_padding")
 DIMS = ("rank", "d0", "d1", "d2", "d3", "product")
 ALIGNMENT, POINTER = xnn_ops.ALIGNMENT, xnn_ops.POINTER
-FC_NR, IGEMM_NR, NR2_NR = xnn_ops.FC_NR, xnn_ops.IGEMM_NR, xnn_ops.NR2_NR
-assert xnn_ops.IGEMM_MRS == (1, 5) and xnn_ops.NR2_MRS == (1, 5, 10)
 assert xnn_ops.DW_TILES == (3, 4, 9, 25)
 DW_CHANNEL_TILE = xnn_ops.DW_CHANNEL_TILE
+FC, IGEMM, NR2 = 0, 1, 2        # rows of `config_table`
+
+
+@lru_cache(maxsize=8)
+def config_table(cfg: F32Config) -> np.ndarray:
+    """The f32 configurations as the port reads them: one row per GemmConfig (fc, igemm,
+    nr2) of nr, k_round and three mrs (a shorter list repeats its last mr, which changes no
+    choice of `xnn_ops.heuristic_mr`: ties go to the later)."""
+    rows = [(g.nr, g.k_round, *(g.mrs + (g.mrs[-1],) * 3)[:3]) for g in cfg]
+    return np.array(rows, np.int64)
 
 
 def attr_row(op_type: str, attrs: tuple) -> tuple[int, ...] | None:
@@ -84,19 +93,17 @@ def _use_nr2(nr, nr2, channels):
 
 
 @njit(cache=True)
-def _heuristic_mr(rows, nr):
-    """`xnn_ops.heuristic_mr` over the mrs of the config whose nr this is."""
-    if nr == NR2_NR:
-        mrs = (1, 5, 10)
-    else:
-        mrs = (1, 5, 5)      # (1, 5): the repeated 5 changes no choice (ties go to the later)
+def _heuristic_mr(rows, g):
+    """`xnn_ops.heuristic_mr` over the mrs of config row `g`."""
+    nr = g[0]
     if rows == 0:
-        return mrs[2]
-    for mr in mrs:
-        if rows == mr:
+        return g[4]
+    for k in range(2, 5):
+        if rows == g[k]:
             return rows
-    best, cost = mrs[2], -1
-    for mr in mrs:
+    best, cost = g[4], -1
+    for k in range(2, 5):
+        mr = g[k]
         c = -(-rows // mr) * (3 * (mr + nr) + mr * nr)
         if cost < 0 or c <= cost:
             best, cost = mr, c
@@ -104,9 +111,9 @@ def _heuristic_mr(rows, nr):
 
 
 @njit(cache=True)
-def _fc_packed(cin, cout):
-    nr = NR2_NR if _use_nr2(FC_NR, NR2_NR, cout) else FC_NR
-    return _align((cin * 4 + 4) * _align(cout, nr), ALIGNMENT)
+def _fc_packed(cin, cout, cfg):
+    g = cfg[NR2] if _use_nr2(cfg[FC, 0], cfg[NR2, 0], cout) else cfg[FC]
+    return _align((_align(cin, g[1]) * 4 + 4) * _align(cout, g[0]), ALIGNMENT)
 
 
 @njit(cache=True)
@@ -118,11 +125,11 @@ def _dw_tile(kernel_size):
 
 
 @njit(cache=True)
-def _conv(code, a, w, out):
+def _conv(code, a, w, out, cfg):
     """(packed, indirection) of a CONV_2D (code 0) or DEPTHWISE_CONV_2D (1)."""
     groups_attr, multiplier, sh, sw, dw = a[0], a[1], a[2], a[3], a[4]
     if code == 0 and w[2] == 1 and w[3] == 1 and sh == 1 and sw == 1 and groups_attr == 1:
-        return _fc_packed(w[4], w[1]), 0          # _runs_as_fc
+        return _fc_packed(w[4], w[1], cfg), 0     # _runs_as_fc
     kh, kw = w[2], w[3]
     pixels = out[2] * out[3]
     if code == 1:
@@ -136,9 +143,9 @@ def _conv(code, a, w, out):
         step_w = sw if dw == 1 else kw
         step_h = ks + (ow - 1) * step_w * kh
         return packed, _align((tile - ks + oh * step_h) * POINTER, ALIGNMENT)
-    nr = NR2_NR if gout < IGEMM_NR else IGEMM_NR
-    packed = _align((ks * gin * 4 + 4) * _align(gout, nr) * groups, ALIGNMENT)
-    return packed, ks * _align(pixels, _heuristic_mr(pixels, nr)) * POINTER
+    g = cfg[NR2] if gout < cfg[IGEMM, 0] else cfg[IGEMM]
+    packed = _align((ks * _align(gin, g[1]) * 4 + 4) * _align(gout, g[0]) * groups, ALIGNMENT)
+    return packed, ks * _align(pixels, _heuristic_mr(pixels, g)) * POINTER
 
 
 @njit(cache=True)
@@ -161,9 +168,9 @@ def _pool(code, a, x, out):
 
 
 @njit(cache=True)
-def op_buffers(code, attrs, x, w, out):
+def op_buffers(code, attrs, x, w, out, cfg):
     """Per operator: packed weights + indirection bytes, and whether the port sized it (False
-    where the Python rules would index a dim that is not there)."""
+    where the Python rules would index a dim that is not there); `cfg`: `config_table`."""
     n = len(code)
     values = np.zeros(n, np.int64)
     ok = np.ones(n, np.bool_)
@@ -173,13 +180,13 @@ def op_buffers(code, attrs, x, w, out):
             if w[i, 0] != 4 or out[i, 0] < 3:
                 ok[i] = False
                 continue
-            packed, indirection = _conv(c, attrs[i], w[i], out[i])
+            packed, indirection = _conv(c, attrs[i], w[i], out[i], cfg)
             values[i] = packed + indirection
         elif c == 2:
             if w[i, 0] < 1:
                 ok[i] = False
                 continue
-            values[i] = _fc_packed(w[i, 5] // max(w[i, 1], 1), w[i, 1])
+            values[i] = _fc_packed(w[i, 5] // max(w[i, 1], 1), w[i, 1], cfg)
         else:
             if out[i, 0] < 3 or x[i, 0] < 2 or attrs[i, 2] == 0:
                 ok[i] = False
@@ -219,7 +226,8 @@ class Sizer:
         present = local >= 0
         if present.any():
             dims[present] = self.dims((local + base)[present])
-        values, ok = op_buffers(table[:, 0], table[:, 1:], dims[0], dims[1], dims[2])
+        values, ok = op_buffers(table[:, 0], table[:, 1:], dims[0], dims[1], dims[2],
+                                config_table(f32_config()))
         for k in np.flatnonzero(odd | ~ok).tolist():
             values[k] = self.python(int(reps[k]))
         return values

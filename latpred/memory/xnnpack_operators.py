@@ -8,20 +8,12 @@ its XNNPACK caller: `create_igemm`, `create_dwconv_path`, `create_fully_connecte
 `reshape_igemm`, `reshape_dwconv`, `reshape_max_pooling2d`, `reshape_average_pooling2d`;
 docs/memory.md): byte-exact on the models traced.
 
-This host is x86-64 with FMA3/AVX2, no AVX-512, not a Zen 1 (cpuinfo's `xnn_uarch_zen`), so
-src/configs/gemm-config.c picks, for f32:
-
-- fully connected (`init_f32_gemm_config_impl`): 6x16 (mr=6, nr=16, kr=sr=1);
-- convolutions (`init_f32_igemm_config`): IGEMM 5x16 (mr in {1, 5}, nr=16);
-- the narrow config (`init_f32_gemm_nr2_config_impl`): 10x8 (mr in {1, 5, 10}, nr=8).
-
-8-bit operators (int8 weights) take the qs8_qc8w configurations instead, which depend on the
-CPU's instruction sets (`qs8_config`, read from /proc/cpuinfo the way
-src/configs/hardware-config.c reads cpuinfo): weights one byte each with the input channels
-rounded to `kr`, an int32 bias and a float scale per output channel (`extra_weights_bytes =
-sizeof(float)` of every qs8 convolution and fully connected variant); no nr2 config. Measured
-on the Intel VM, whose AMX level is the one checked: datasets/host-cpu-memory-int8,
-docs/memory.md.
+The microkernel configurations (nr, kr, mr) depend on the CPU's instruction sets: they come from
+`xnnpack_configs` (f32 and qs8 levels, read from /proc/cpuinfo; `for_cpu` plans for another
+x86 CPU). 8-bit operators (int8 weights) take the qs8_qc8w rules: weights one byte each with
+the input channels rounded to `kr`, an int32 bias and a float scale per output channel
+(`extra_weights_bytes = sizeof(float)` of every qs8 convolution and fully connected variant);
+no nr2 config.
 """
 
 from __future__ import annotations
@@ -34,48 +26,14 @@ from latpred.deduce.xnnpack_int8 import EIGHT_BIT_TYPES
 from latpred.graph import Graph, Op
 from latpred.memory.arena import align_up
 from latpred.memory.configs import OpConfigs
+from latpred.memory.xnnpack_configs import (F32Config, GemmConfig, active_level, f32_config,
+                                             qs8_config)
 
 ALIGNMENT = 64              # XNN_ALLOCATION_ALIGNMENT
 POINTER = 8
-FC_NR = 16                  # init_f32_gemm_config_impl, x86 FMA3 asm: 6x16
-IGEMM_NR, IGEMM_MRS = 16, (1, 5)          # init_f32_igemm_config: 1x16, 5x16
-NR2_NR, NR2_MRS = 8, (1, 5, 10)           # init_f32_gemm_nr2_config_impl: 1x8, 5x8, 10x8
-DW_TILES, DW_CHANNEL_TILE = (3, 4, 9, 25), 16     # src/configs/dwconv-config.c, FMA3 unipass
+DW_TILES, DW_CHANNEL_TILE = (3, 4, 9, 25), 16     # src/configs/dwconv-config.c, FMA3 / AVX-512F
 QS8_DW_TILES = (3, 9, 25)       # init_qs8_qc8w_dwconv_config, x86: 3p, 9p, 25p
 QS8_EXTRA = 4 + 4               # per output channel: int32 bias + float scale
-
-
-class Qs8Config(NamedTuple):
-    """src/configs/gemm-config.c `init_qs8_qc8w_gemm_config` (nr, kr, the IGEMM mrs) and
-    dwconv-config.c `init_qs8_qc8w_dwconv_config` (channel tile) for one x86 level."""
-
-    nr: int
-    kr: int
-    mrs: tuple[int, ...]
-    dw_channel_tile: int
-
-
-# In the order gemm-config.c tries them; the flags hardware-config.c requires (cpuinfo's names
-# as /proc/cpuinfo spells them). AVX512SKX = avx512f + bw + dq + vl.
-_SKX = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
-_QS8_LEVELS = (
-    (_SKX + ("avx512_vnni", "gfni", "amx_int8"), Qs8Config(64, 4, (1, 16), 32)),   # AVX512AMX
-    (_SKX + ("avx512_vnni",), Qs8Config(16, 8, (1, 7), 32)),                       # AVX512VNNI
-    (("avx_vnni_int8", "avx_vnni"), Qs8Config(8, 8, (1, 5), 16)),                  # AVXVNNIINT8
-    (("avx_vnni",), Qs8Config(8, 8, (1, 5), 16)),                                   # AVXVNNI
-    (_SKX, Qs8Config(16, 8, (1, 7), 32)),                                          # AVX512SKX
-    (("avx2",), Qs8Config(8, 8, (1, 3), 16)),                                       # AVX2
-)
-
-
-@lru_cache(maxsize=1)
-def qs8_config() -> Qs8Config:
-    """The qs8_qc8w configuration XNNPACK picks on this CPU (AVX2's where /proc/cpuinfo is
-    unreadable). Only the AMX level is checked against a measurement (the Intel VM)."""
-    from latpred.profile.machine import cpu_flags
-
-    flags = cpu_flags()
-    return next((cfg for need, cfg in _QS8_LEVELS if flags.issuperset(need)), _QS8_LEVELS[-1][1])
 
 
 class OpSignature(NamedTuple):
@@ -154,8 +112,14 @@ def indirection_bytes(graph: Graph, op: Op) -> int:
     return operator_buffers(graph, op)[1]
 
 
-@lru_cache(maxsize=1 << 16)
 def _buffers(key: tuple) -> tuple[int, int]:
+    """(packed, indirection) of an operator signature (`_signature`), for the CPU level in
+    force (`xnnpack_configs.active_level`)."""
+    return _buffers_at(key, active_level())
+
+
+@lru_cache(maxsize=1 << 16)
+def _buffers_at(key: tuple, level: str) -> tuple[int, int]:
     op = OpSignature(*key)
     return _packed(op), _indirection(op)
 
@@ -184,23 +148,30 @@ def heuristic_mr(rows: int, mrs: tuple[int, ...], nr: int) -> int:
     return best
 
 
-def _fc_packed(cin: int, cout: int) -> int:
-    """src/operators/fully-connected-nc.c (`create_fully_connected_nc`, config chosen by
-    `xnn_use_nr2`): (cin * 4 + 4) * round_up(cout, nr), 64-aligned."""
-    nr = NR2_NR if use_nr2(FC_NR, NR2_NR, cout) else FC_NR
-    return align_up((cin * 4 + 4) * align_up(cout, nr), ALIGNMENT)
+def fc_config(cout: int, cfg: F32Config) -> GemmConfig:
+    """fully-connected-nc.c `create_fully_connected_nc`: the narrow config where
+    `xnn_use_nr2` says so."""
+    return cfg.nr2 if use_nr2(cfg.fc.nr, cfg.nr2.nr, cout) else cfg.fc
 
 
-def _igemm_nr(group_out: int) -> int:
+def igemm_config(group_out: int, cfg: F32Config) -> GemmConfig:
     """convolution-nhwc.c `select_gemm_config`: the IGEMM config, or the nr2 one when the
     IGEMM's nr exceeds the group's output channels."""
-    return NR2_NR if group_out < IGEMM_NR else IGEMM_NR
+    return cfg.nr2 if group_out < cfg.igemm.nr else cfg.igemm
+
+
+def _fc_packed(cin: int, cout: int) -> int:
+    """src/operators/fully-connected-nc.c (`create_fully_connected_nc`): (round_up(cin, kr *
+    sr) * 4 + 4) * round_up(cout, nr), 64-aligned."""
+    g = fc_config(cout, f32_config())
+    return align_up((align_up(cin, g.k_round) * 4 + 4) * align_up(cout, g.nr), ALIGNMENT)
 
 
 def _igemm_packed(kernel_size: int, group_in: int, group_out: int, groups: int) -> int:
-    """convolution-nhwc.c `create_igemm`: ((kernel_size * group_in * 4) + 4) *
-    round_up(group_out, nr) per group, the total 64-aligned (kr = sr = 1)."""
-    per_group = (kernel_size * group_in * 4 + 4) * align_up(group_out, _igemm_nr(group_out))
+    """convolution-nhwc.c `create_igemm`: ((kernel_size * round_up(group_in, kr * sr) * 4) +
+    4) * round_up(group_out, nr) per group, the total 64-aligned."""
+    g = igemm_config(group_out, f32_config())
+    per_group = (kernel_size * align_up(group_in, g.k_round) * 4 + 4) * align_up(group_out, g.nr)
     return align_up(per_group * groups, ALIGNMENT)
 
 
@@ -294,9 +265,8 @@ def _indirection(op: OpSignature) -> int:
     if op.eight_bit:
         cfg = qs8_config()
         return ks * align_up(pixels, heuristic_mr(pixels, cfg.mrs, cfg.nr)) * POINTER
-    nr = _igemm_nr(gout)
-    mr = heuristic_mr(pixels, NR2_MRS if nr == NR2_NR else IGEMM_MRS, nr)
-    return ks * align_up(pixels, mr) * POINTER
+    g = igemm_config(gout, f32_config())
+    return ks * align_up(pixels, heuristic_mr(pixels, g.mrs, g.nr)) * POINTER
 
 
 def _pool_buffers(op: OpSignature) -> int:

@@ -6,7 +6,7 @@ import os
 import platform
 
 
-def _first_cpu() -> dict[str, str]:
+def cpu_fields() -> dict[str, str]:
     """The first processor's block of /proc/cpuinfo, keys lower-cased ({} where unreadable)."""
     fields: dict[str, str] = {}
     try:
@@ -25,12 +25,12 @@ def _first_cpu() -> dict[str, str]:
 
 def cpu_flags() -> frozenset[str]:
     """The first CPU's feature flags from /proc/cpuinfo (empty where unreadable)."""
-    return frozenset(_first_cpu().get("flags", "").split())
+    return frozenset(cpu_fields().get("flags", "").split())
 
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
-    return _first_cpu().get("model name") or platform.processor() or platform.machine()
+    return cpu_fields().get("model name") or platform.processor() or platform.machine()
 
 
 def cpu_id() -> str:
@@ -38,7 +38,7 @@ def cpu_id() -> str:
     different generations (two such VMs ran the same models 30% apart, docs/measurement.md).
     Family, model and stepping from /proc/cpuinfo and the per-core L2 and shared L3 sizes from
     sysfs; "" where Linux does not say."""
-    fields = _first_cpu()
+    fields = cpu_fields()
     if not fields:
         return ""
     parts = [f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model "

@@ -13,7 +13,7 @@ pytest.importorskip("numba")
 
 from latpred.memory import compiled  # noqa: E402
 from latpred.memory.arena import SimpleArena  # noqa: E402
-from latpred.memory.stdsort import unordered_set_order  # noqa: E402
+from latpred.memory.stdsort import std_sort, unordered_set_order  # noqa: E402
 from latpred.memory.xnnpack import _find_offset  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +58,31 @@ def test_set_order_is_unordered_set_order():
         assert out[:n].tolist() == unordered_set_order(values)
 
 
+def test_std_sort_port_is_std_sort():
+    # ties of equal size and allocation node (SPLIT's outputs, an int8 model's TFLite nodes)
+    # over 16 tensors: introsort's partitions decide their order
+    rng = random.Random(5)
+    ported = 0
+    for _ in range(400):
+        n = rng.randint(2, 60)
+        size = np.array([rng.choice([64, 128, 4900]) for _ in range(n)], np.int64)
+        first = np.array([rng.randint(0, 3) for _ in range(n)], np.int64)
+        last = np.array([rng.choice([rng.randint(3, 9), compiled.NEVER]) for _ in range(n)],
+                        np.int64)
+        first[rng.randrange(n)] = 0
+        items = np.array(rng.sample(range(n), n), np.int64)
+
+        def less(a, b):
+            return compiled._before(a, b, size, first, last, False)
+
+        expected = std_sort(items.tolist(), less)
+        got = items.copy()
+        if compiled._std_sort(got, n, size, first, last):
+            assert got.tolist() == expected
+            ported += 1
+    assert ported > 380          # the heap-sort fallback is rare
+
+
 def _graphs(n: int = 40) -> list:
     from latpred import zoo
     from latpred.sampler import build_graph, sample
@@ -85,8 +110,7 @@ def _batch(graphs: list) -> SimpleNamespace:
 def test_compiled_plan_is_the_python_plan():
     # per graph: the arena, the workspace and its regrowth, the delegated ops; graphs the
     # compiled planner does not cover are reported as such (and planned in Python)
-    from latpred.memory import flat, xnnpack
-    from latpred.memory.litert_plan import plan
+    from latpred.memory import flat
 
     graphs = _graphs()
     planned = flat.plan(graphs, flat.graph_tensors(graphs))
@@ -95,6 +119,30 @@ def test_compiled_plan_is_the_python_plan():
     covered = planned.res[:, 0].astype(bool)
     assert covered[:40].all()                        # synthetic_cnn: every graph
     assert 0.5 < covered.mean() < 1                  # and some it leaves to Python
+    _same_as_python(graphs, planned)
+
+
+def test_compiled_plan_covers_int8_graphs():
+    # int8 NAS candidates (tflite.quantize.int8_layout) and int8 files: the delegate's 8-bit
+    # decisions come in per op; SPLIT_V's and the TFLite nodes' tied outputs take std::sort
+    from latpred.memory import flat
+    from latpred.memory.host_cpu import for_precision
+    from latpred.tflite import read_tflite, write_tflite
+
+    graphs = [for_precision(g, "int8") for g in _graphs(30)[:90]]
+    graphs += [read_tflite(write_tflite(g, precision="int8", seed=3)) for g in _graphs(3)[:6]]
+    planned = flat.plan(graphs, flat.graph_tensors(graphs))
+    covered = planned.res[:, 0].astype(bool)
+    assert covered[:30].all()                        # synthetic_cnn in int8: every graph
+    assert planned.delegated.sum() < len(planned.delegated) - 90    # declined ops stay out
+    _same_as_python(graphs, planned)
+
+
+def _same_as_python(graphs: list, planned) -> None:
+    from latpred.memory import xnnpack
+    from latpred.memory.litert_plan import plan
+
+    covered = planned.res[:, 0].astype(bool)
     for g, graph in enumerate(graphs):
         if not covered[g]:
             continue

@@ -20,12 +20,12 @@ from functools import lru_cache
 from operator import attrgetter
 
 from latpred.graph import Graph, Op
-from latpred.tflite.quantize import FIXED, FREE, SAME_SCALE
+from latpred.tflite.quantize import INT8_KERNELS
 
 _EIGHT_BIT = ("int8", "uint8")
 EIGHT_BIT_TYPES = frozenset(_EIGHT_BIT)   # also what latpred.memory calls 8-bit
 _dtype = attrgetter("dtype")
-_QUANTIZABLE = FREE | SAME_SCALE | FIXED.keys()
+
 
 # VisitNode's switch (:3153): the builtin ops the delegate has a Visit* function for at all.
 # Any other op (SPLIT_V, PACK, UNPACK, GATHER, ...) always stays with TFLite.
@@ -57,7 +57,7 @@ def quantized(graph: Graph, op: Op, precision: str | None) -> bool:
     if out is not None and out.dtype in _EIGHT_BIT:
         return True
     floating = out is not None and out.dtype == "float32"
-    return precision == "int8" and floating and op.type in _QUANTIZABLE
+    return precision == "int8" and floating and op.type in INT8_KERNELS
 
 
 def may_quantize(graph: Graph, precision: str | None) -> bool:

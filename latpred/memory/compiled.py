@@ -5,13 +5,19 @@ totals stay identical (scripts/memory_fast_check.py; tests/test_memory_compiled.
 each piece with its Python original):
 
 - `arena_offset` is `arena.SimpleArena.allocate`, `gap_offset` `xnnpack._find_offset`,
-  `set_order` `stdsort.unordered_set_order`;
+  `set_order` `stdsort.unordered_set_order`, `_std_sort` `stdsort.std_sort`;
 - `tflite_arena` is `litert_plan.plan`'s arena size for one chunk without in-place sharing
   or temporaries;
 - `plan_graph` (in `compiled_graph`) is `xnnpack.delegated_input` + `litert_plan.plan` +
   `xnnpack.workspace_plan` for the graphs `flat.py` hands over: those in which Prepare changes
   no allocation type and ends no chunk, whose ops left to TFLite have no temporaries and do
-  not run in place. Any other graph reports `False` and is planned in Python.
+  not run in place (their output is not shared: a graph output). Any other graph reports
+  `False` and is planned in Python. 8-bit ops: the delegate's decision comes in per op
+  (`flat._declined`).
+
+Editing this file: numba's on-disk cache (`cache=True`) checks only the calling function's own
+file, so `compiled_graph`'s cached functions keep the old code of the ones here until
+latpred/memory/__pycache__/*.nbi, *.nbc are deleted (a fresh install or clone has none).
 
 Arrays: `t_*` per tensor, `op_*` per op; `*_ptr` are CSR offsets (entries [ptr[i], ptr[i+1])).
 """
@@ -160,9 +166,83 @@ def _sort(items, n, size, first, last, with_index):
 
 
 @njit(cache=True)
+def _std_sort(a, n, size, first, last):
+    """`stdsort.std_sort` of a[:n] by `_before` without the index (libstdc++'s introsort down
+    to runs of 16, then one insertion sort); False where its depth limit would switch to heap
+    sort, which this port does not follow (the caller leaves the graph to Python)."""
+    if n > 16:
+        depth = 0
+        m = n
+        while m > 1:
+            m >>= 1
+            depth += 1
+        if not _introsort(a, 0, n, 2 * (depth - 1), size, first, last):
+            return False
+    _sort(a, n, size, first, last, False)       # insertion sort, as __final_insertion_sort
+    return True
+
+
+@njit(cache=True)
+def _introsort(a, lo, hi, depth, size, first, last):
+    """`stdsort._introsort` (the recursion on the upper part as an explicit stack)."""
+    stack = np.empty((64, 3), np.int64)
+    top = 0
+    stack[0, 0], stack[0, 1], stack[0, 2] = lo, hi, depth
+    top = 1
+    while top:
+        top -= 1
+        lo, hi, depth = stack[top, 0], stack[top, 1], stack[top, 2]
+        while hi - lo > 16:
+            if depth == 0:
+                return False
+            depth -= 1
+            _median_to_first(a, lo, lo + 1, lo + (hi - lo) // 2, hi - 1, size, first, last)
+            cut = _partition(a, lo + 1, hi, lo, size, first, last)
+            if top == 64:
+                return False
+            stack[top, 0], stack[top, 1], stack[top, 2] = cut, hi, depth
+            top += 1
+            hi = cut
+    return True
+
+
+@njit(cache=True)
+def _median_to_first(a, r, x, y, z, size, first, last):
+    if _before(a[x], a[y], size, first, last, False):
+        if _before(a[y], a[z], size, first, last, False):
+            k = y
+        elif _before(a[x], a[z], size, first, last, False):
+            k = z
+        else:
+            k = x
+    elif _before(a[x], a[z], size, first, last, False):
+        k = x
+    elif _before(a[y], a[z], size, first, last, False):
+        k = z
+    else:
+        k = y
+    a[r], a[k] = a[k], a[r]
+
+
+@njit(cache=True)
+def _partition(a, lo, hi, pivot, size, first, last):
+    while True:
+        while _before(a[lo], a[pivot], size, first, last, False):
+            lo += 1
+        hi -= 1
+        while _before(a[pivot], a[hi], size, first, last, False):
+            hi -= 1
+        if not lo < hi:
+            return lo
+        a[lo], a[hi] = a[hi], a[lo]
+        lo += 1
+
+
+@njit(cache=True)
 def tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const):
     """`litert_plan.plan`'s arena size for one chunk, no sharing, no temporaries (-1: a case
-    this port leaves to Python: a tensor allocated twice, or more than 16 tied tensors)."""
+    this port leaves to Python: a tensor allocated twice, or ties that std::sort would finish
+    with heap sort)."""
     n_node, n_t = len(nin_ptr) - 1, len(size)
     base = np.zeros(n_t, np.int64)
     for t in g_out:
@@ -206,9 +286,7 @@ def tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const):
                     not (first[y] == 0 and last[y] == NEVER) and \
                     size[x] == size[y] and first[x] == first[y]:
                 tied = True
-    if tied:        # each node's unordered_set order, concatenated, then std::sort (<= 16)
-        if m > 16:
-            return -1
+    if tied:        # each node's unordered_set order, concatenated, then std::sort
         m = 0
         done = np.empty(len(seq), np.int64)
         for i in range(n_node):
@@ -219,7 +297,10 @@ def tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const):
                 if wanted[done[k]]:
                     todo[m] = done[k]
                     m += 1
-    _sort(todo, m, size, first, last, not tied)
+    if not tied:
+        _sort(todo, m, size, first, last, True)
+    elif not _std_sort(todo, m, size, first, last):
+        return -1
     off, sz = np.empty(m, np.int64), np.empty(m, np.int64)
     lf, ll = np.empty(m, np.int64), np.empty(m, np.int64)
     hwm, n_live = 0, 0

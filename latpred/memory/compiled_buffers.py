@@ -221,6 +221,8 @@ class Sizer:
         w = _at(p.ins, p.in_ptr[reps] + 1, n_in > 1)
         o = _at(p.outs, p.out_ptr[reps], n_out > 0)
         odd |= o < 0
+        # 8-bit weights take the qs8 rules, which only the Python sizes know
+        odd |= (w >= 0) & p.tensors.eight_bit[np.where(w >= 0, w + base, 0)]
         local = np.stack((x, w, o))
         dims = np.zeros(local.shape + (len(DIMS),), np.int64)
         present = local >= 0

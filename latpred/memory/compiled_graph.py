@@ -17,7 +17,10 @@ from latpred.memory.compiled import ALIGN, gap_offset, tflite_arena
 
 # Per op type (`flat.op_flags` sets them from the Python planners' own type sets).
 OP_ALWAYS, OP_SPLIT, OP_STATIC, OP_POOL, OP_SOFTMAX = 1, 2, 4, 8, 16
-OP_TFLITE_ONLY = 32        # temporaries or in-place sharing when left to TFLite: not here
+OP_TFLITE_ONLY = 32        # temporaries when left to TFLite: not here
+OP_INPLACE = 8192          # may share its input's buffer when left to TFLite: here only when
+                           # its output is a graph output, which `IdentifyInPlaceTensors` never
+                           # shares (an int8 model's closing SOFTMAX, which XNNPACK declines)
 OP_KIND_STOP = 64          # SHAPE, REDUCE_PROD: may change allocation types: not here
 OP_RESHAPE, OP_SLICE, OP_FOLD = 128, 256, 512    # may fold at Prepare (litert_builtin)
 OP_XNN_IN_PLACE, OP_PAD, OP_CONV = 1024, 2048, 4096
@@ -58,8 +61,11 @@ def _kinds_unchanged(o0, o1, flags, in_ptr, ins, const):
 
 
 @njit(cache=True)
-def _supported(j, flags, attr_ok, in_ptr, ins, const, dtype_ok):
-    """`xnnpack_partition.supported` with default allocation types (mmap: stored in the model)."""
+def _supported(j, flags, attr_ok, declined, in_ptr, ins, const, dtype_ok):
+    """`xnnpack_partition.supported` with default allocation types (mmap: stored in the model);
+    `declined[j]`: an 8-bit op the delegate's quantized checks refuse (asked in Python)."""
+    if declined[j]:
+        return False
     f, a, b = flags[j], in_ptr[j], in_ptr[j + 1]
     data = 1 if f & OP_SPLIT else 0
     if b - a > data and ins[a + data] >= 0 and not dtype_ok[ins[a + data]]:
@@ -102,7 +108,7 @@ def _subsets(o0, n_op, sup, in_ptr, ins, producer):
 
 
 @njit(cache=True)
-def _nodes(o0, n_op, sub, n_sub, sup, leave, in_ptr, ins, out_ptr, outs, flags, n_t):
+def _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs, flags, n_t):
     """The execution plan `delegated_input` builds: per node its inputs and outputs (CSR), and
     per delegated partition its ops and internal tensors. False: an op left to TFLite that
     this port does not cover, or an empty subset."""
@@ -131,7 +137,9 @@ def _nodes(o0, n_op, sub, n_sub, sup, leave, in_ptr, ins, out_ptr, outs, flags, 
         ops = order[start[k]:start[k + 1]]
         if not sup[ops[0]]:
             for j in ops:
-                if flags[o0 + j] & OP_TFLITE_ONLY:
+                f = flags[o0 + j]
+                if f & OP_TFLITE_ONLY or (f & OP_INPLACE and not (
+                        out_ptr[o0 + j + 1] > out_ptr[o0 + j] and is_out[outs[out_ptr[o0 + j]]])):
                     return (False, nin_ptr, nin, nout_ptr, nout, 0, part_ptr, part_ops,
                             inner_ptr, inner)
                 for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
@@ -320,7 +328,7 @@ def _readers(o0, n_op, n_t, in_ptr, ins):
 
 @njit(cache=True)
 def plan_graph(o0, o1, size, const, dtype_ok, g_in, g_out, in_ptr, ins, out_ptr, outs, flags,
-               attr_ok, clamp, noact, delegated):
+               attr_ok, declined, clamp, noact, delegated):
     """(covered, arena bytes, workspace bytes, workspace regrowth) of the graph whose ops are
     o0..o1-1; sets delegated[op]."""
     n_op, n_t = o1 - o0, len(size)
@@ -332,21 +340,22 @@ def plan_graph(o0, o1, size, const, dtype_ok, g_in, g_out, in_ptr, ins, out_ptr,
     sup = np.empty(n_op, np.bool_)
     producer = np.full(n_t, -1)
     for j in range(n_op):
-        sup[j] = _supported(o0 + j, flags, attr_ok, in_ptr, ins, const, dtype_ok)
+        sup[j] = _supported(o0 + j, flags, attr_ok, declined, in_ptr, ins, const, dtype_ok)
         for q in range(out_ptr[o0 + j], out_ptr[o0 + j + 1]):
             producer[outs[q]] = j       # the last writer, as Graph.producers
     sub, n_sub, mixed = _subsets(o0, n_op, sup, in_ptr, ins, producer)
     if sub[0] < 0:
         return False, 0, 0, 0
-    leave = np.zeros(n_t, np.bool_)
-    leave[g_out] = True
+    is_out = np.zeros(n_t, np.bool_)
+    is_out[g_out] = True
+    leave = is_out.copy()
     for j in range(n_op if mixed else 0):      # read by another subset than its producer's
         for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
             t = ins[q]
             if t >= 0 and producer[t] >= 0 and sub[producer[t]] != sub[j]:
                 leave[t] = True
     ok, nin_ptr, nin, nout_ptr, nout, n_part, part_ptr, part_ops, inner_ptr, inner = \
-        _nodes(o0, n_op, sub, n_sub, sup, leave, in_ptr, ins, out_ptr, outs, flags, n_t)
+        _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs, flags, n_t)
     arena = tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const) if ok else -1
     if arena < 0:
         return False, 0, 0, 0
@@ -359,7 +368,7 @@ def plan_graph(o0, o1, size, const, dtype_ok, g_in, g_out, in_ptr, ins, out_ptr,
 
 @njit(cache=True)
 def plan_batch(g_ops, g_tens, g_in_ptr, g_in, g_out_ptr, g_out, in_ptr, ins, out_ptr, outs,
-               flags, attr_ok, clamp, noact, t_size, t_const, t_dtype_ok):
+               flags, attr_ok, declined, clamp, noact, t_size, t_const, t_dtype_ok):
     """`plan_graph` for each graph (tensors g_tens[g]..g_tens[g+1]-1, inputs and outputs as
     CSR): per graph (covered, arena, workspace, regrowth), per op whether it is delegated."""
     n_g = len(g_ops) - 1
@@ -370,5 +379,5 @@ def plan_batch(g_ops, g_tens, g_in_ptr, g_in, g_out_ptr, g_out, in_ptr, ins, out
         res[g, 0], res[g, 1], res[g, 2], res[g, 3] = plan_graph(
             g_ops[g], g_ops[g + 1], t_size[t0:t1], t_const[t0:t1], t_dtype_ok[t0:t1],
             g_in[g_in_ptr[g]:g_in_ptr[g + 1]], g_out[g_out_ptr[g]:g_out_ptr[g + 1]], in_ptr,
-            ins, out_ptr, outs, flags, attr_ok, clamp, noact, delegated)
+            ins, out_ptr, outs, flags, attr_ok, declined, clamp, noact, delegated)
     return res, delegated

@@ -28,7 +28,8 @@ from latpred.memory import xnnpack
 from latpred.memory import xnnpack_partition as partition
 from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs
-from latpred.memory.host_cpu import (_FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR, OVERHEAD_FIXED,
+from latpred.memory.host_cpu import (_FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR,
+                                     OVERHEAD_EIGHT_BIT_FIXED, OVERHEAD_FIXED,
                                      OVERHEAD_PER_TENSOR, transient)
 from latpred.memory.litert_builtin import (_PREPARE_FOLDS, _REDUCE, set_tensor_table,
                                           tensor_table)
@@ -50,8 +51,9 @@ def type_flags(op_type: str) -> int:
     bits = [(op_type in partition._ALWAYS, cg.OP_ALWAYS), (op_type == "SPLIT", cg.OP_SPLIT),
             (static is not None, cg.OP_STATIC), (op_type in xnnpack._POOLS, cg.OP_POOL),
             (op_type == "SOFTMAX", cg.OP_SOFTMAX),
-            (bool(INPLACE.get(op_type)) or op_type in _REDUCE or
-             op_type in ("CONV_2D", "FULLY_CONNECTED"), cg.OP_TFLITE_ONLY),
+            (op_type in _REDUCE or op_type in ("CONV_2D", "FULLY_CONNECTED"),
+             cg.OP_TFLITE_ONLY),
+            (bool(INPLACE.get(op_type)), cg.OP_INPLACE),
             (op_type in ("SHAPE", "REDUCE_PROD"), cg.OP_KIND_STOP),
             (op_type == "RESHAPE", cg.OP_RESHAPE), (op_type == "STRIDED_SLICE", cg.OP_SLICE),
             (op_type in _PREPARE_FOLDS - {"RESHAPE", "STRIDED_SLICE"}, cg.OP_FOLD),
@@ -108,6 +110,25 @@ def _op_attrs(ops: list, flags: np.ndarray, kinds: np.ndarray | None) -> tuple[n
     return out[0], out[1], out[2]
 
 
+def _declined(graphs: Sequence[Graph], ops: list, g_ops: np.ndarray, tensors: "Tensors",
+              out_ptr: np.ndarray, outs: np.ndarray) -> np.ndarray:
+    """Per op: whether it writes an 8-bit tensor and the delegate's quantized checks refuse it
+    (`xnnpack_partition.supported`'s first rule). Asked per op in Python: scales decide, which
+    neither the op's type nor its configuration names. All False for float graphs."""
+    out = np.zeros(len(ops), np.bool_)
+    if not tensors.eight_bit.any():
+        return out
+    graph_of = np.repeat(np.arange(len(graphs)), np.diff(g_ops))
+    first = np.full(len(ops), -1, np.int64)
+    has_out = out_ptr[1:] > out_ptr[:-1]
+    first[has_out] = outs[out_ptr[:-1][has_out]]
+    writes = first >= 0
+    writes[writes] = tensors.eight_bit[first[writes] + tensors.g_tens[graph_of[writes]]]
+    for j in np.flatnonzero(writes).tolist():
+        out[j] = bool(partition.declined(graphs[graph_of[j]], ops[j]))
+    return out
+
+
 def _facts(op: Any) -> tuple[bool, bool, bool]:
     key = (op.type, op.attrs)
     facts = _ATTR_FACTS.get(key)
@@ -121,8 +142,9 @@ def _facts(op: Any) -> tuple[bool, bool, bool]:
 
 class Tensors(NamedTuple):
     """Per tensor of all graphs in a row: bytes, stored in the model, a data type XNNPACK
-    takes; each graph's first tensor (and one past the last); 8-bit (a graph with one is
-    planned in Python: the delegate's 8-bit rules read scales, `xnnpack_partition`)."""
+    takes; each graph's first tensor (and one past the last); 8-bit (`_declined` asks the
+    delegate's 8-bit rules of the ops that write one, `eight_bit_weights` picks the qs8
+    sizes)."""
 
     size: np.ndarray
     const: np.ndarray
@@ -234,9 +256,10 @@ def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None
     ins, outs = (np.array(t, np.int64) for t in (wiring.ins, wiring.outs))
     gin_ptr, gin = _csr(list(map(_INPUTS, graphs)))
     gout_ptr, gout = _csr(list(map(_OUTPUTS, graphs)))
+    attr_ok, clamp, noact = _op_attrs(wiring.ops, flags, op_kind)
+    declined = _declined(graphs, wiring.ops, g_ops, tensors, out_ptr, outs)
     res, delegated = cg.plan_batch(g_ops, tensors.g_tens, gin_ptr, gin, gout_ptr, gout, in_ptr,
-                                   ins, out_ptr, outs, flags,
-                                   *_op_attrs(wiring.ops, flags, op_kind),
+                                   ins, out_ptr, outs, flags, attr_ok, declined, clamp, noact,
                                    tensors.size, tensors.const, tensors.dtype_ok)
     return Planned(res, delegated, wiring.ops, g_ops, flags, tensors, in_ptr, ins, out_ptr,
                    outs)
@@ -287,19 +310,21 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
     `compiled_buffers.Sizer`); uncovered graphs in Python."""
     from latpred.memory.fast import memory_total
 
-    res, delegated, _, g_ops, flags, (size, const, _, g_tens, eight) = planned[:6]
-    covered = res[:, 0].astype(np.bool_) & (_per_graph(eight.astype(np.int64), g_tens) == 0)
+    res, delegated, _, g_ops, flags, (size, const, _, g_tens, _) = planned[:6]
+    covered = res[:, 0].astype(np.bool_)
     n_tensors, n_ops = np.diff(g_tens), np.diff(g_ops)
     known: dict[int, int] = {}      # packed weights + indirection per configuration
     with_buffers = delegated & np.repeat(covered, n_ops) & (flags & OP_BUFFERS != 0)
     buffers = _per_graph(_buffers(with_buffers, op_cfg, sizer, known), g_ops)
+    # host_cpu.eight_bit_operators: a delegated operator with 8-bit weights
+    qs8 = _per_graph((with_buffers & eight_bit_weights(planned)).astype(np.int64), g_ops) > 0
     # host_cpu.estimate_model_bytes: each stored buffer 16-aligned, plus 16
     stored = _per_graph(np.where(const, (size + 15) // 16 * 16 + 16, 0), g_tens)
     # host_cpu.overhead; host_cpu.transient: one chunk outgrows no arena, so only a
     # workspace that regrew leaves something
     totals = (stored + _FB_PER_TENSOR * n_tensors + _FB_PER_OP * n_ops + _FB_FIXED +
               res[:, 1] + res[:, 2] + buffers + OVERHEAD_FIXED +
-              OVERHEAD_PER_TENSOR * n_tensors).tolist()
+              OVERHEAD_PER_TENSOR * n_tensors + OVERHEAD_EIGHT_BIT_FIXED * qs8).tolist()
     for g in np.flatnonzero(covered & (res[:, 3] > 0)).tolist():
         totals[g] += transient((int(res[g, 1]),), int(res[g, 3]))
     supported: dict[int, bool] = {}
@@ -309,6 +334,21 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
         configs = OpConfigs(op_cfg[g_ops[g]:g_ops[g + 1]].tolist(), supported, known)
         totals[g] = memory_total(graphs[g], "xnnpack", configs)
     return np.array(totals, dtype=np.int64)
+
+
+def eight_bit_weights(planned: Planned) -> np.ndarray:
+    """Per op: whether its input 1 (the weights of a convolution or fully connected op) is an
+    8-bit tensor (XNNPACK's qs8 rules size such an operator)."""
+    t = planned.tensors
+    w = np.full(len(planned.ops), -1, np.int64)
+    two = planned.in_ptr[1:] - planned.in_ptr[:-1] > 1
+    w[two] = planned.ins[planned.in_ptr[:-1][two] + 1]
+    out = w >= 0
+    if t.eight_bit.any():
+        graph_of = np.repeat(np.arange(len(planned.g_ops) - 1), np.diff(planned.g_ops))
+        out[out] = t.eight_bit[w[out] + t.g_tens[graph_of[out]]]
+        return out
+    return np.zeros(len(planned.ops), np.bool_)
 
 
 def _per_graph(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:

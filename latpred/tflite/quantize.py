@@ -41,7 +41,9 @@ FREE = frozenset({
     "DIV", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "HARD_SWISH", "GELU", "PRELU",
     "BATCH_MATMUL", "SQUARED_DIFFERENCE", "RSQRT", "NEG", "ABS", "RESIZE_BILINEAR",
 })
+INT8_KERNELS = FREE | SAME_SCALE | FIXED.keys()     # ops with an int8 kernel known here
 _WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3}
+_WEIGHTS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL"})
 _HAS_BIAS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
 
 
@@ -122,7 +124,7 @@ def int8_layout(graph: Graph) -> Graph:
     keep_float = _float_tensors(graph, island)
     floats = [(i, t.is_constant) for i, t in enumerate(graph.tensors) if t.dtype == "float32"]
     ranges = {i: (0.0, 1.0) for i, const in floats if not const}
-    stand_in = {i: np.zeros(1, np.float32) for i, const in floats if const}   # no weights
+    stand_in = dict.fromkeys((i for i, const in floats if const), _NO_WEIGHTS)
     params, requant = _activation_params(graph, ranges, stand_in, island, keep_float)
     tensors = _int8_tensors(graph, params)
     for op_index, op in enumerate(graph.ops):
@@ -133,18 +135,26 @@ def int8_layout(graph: Graph) -> Graph:
             if src is None or not src.is_constant or src.dtype != "float32":
                 continue
             bias = k == 2 and op.type in _HAS_BIAS
-            axis = _WEIGHT_AXIS.get(op.type) if k == 1 else None
-            n = src.shape[axis] if axis is not None else 1
-            q = Quantization((1.0,) * n, (0,) * n, axis or 0)
+            if bias or (k == 1 and op.type in _WEIGHTS):
+                axis = _WEIGHT_AXIS.get(op.type) if k == 1 else None
+                n = src.shape[axis] if axis is not None else 1
+                q = Quantization((1.0,) * n, (0,) * n, axis or 0)
+            else:
+                # an operand (ADD's, MUL's constant): asymmetric like the activations, so the
+                # delegate's scale checks see the ratio a written file has, not 255
+                q = _PLACEHOLDER
             tensors[t] = Tensor(src.name, src.shape, "int32" if bias else "int8", q, True, None)
     ops = _requantize(_wrap_islands(graph, tensors, island, keep_float), tensors, requant)
     return Graph(tuple(tensors), tuple(ops), graph.inputs, graph.outputs, graph.name)
 
 
+_NO_WEIGHTS = np.zeros(1, np.float32)       # int8_layout's stand-in for every constant's data
+_PLACEHOLDER = affine(0.0, 1.0)             # int8_layout's activation ranges are [0, 1]
+
+
 def _islands(graph: Graph) -> set[int]:
     """Ops with no int8 kernel known here: they stay fp32 (`_wrap_islands`)."""
-    return {i for i, op in enumerate(graph.ops)
-            if op.type not in FREE | SAME_SCALE | FIXED.keys()}
+    return {i for i, op in enumerate(graph.ops) if op.type not in INT8_KERNELS}
 
 
 def _int8_tensors(graph: Graph, params: dict[int, Quantization]) -> list[Tensor]:
@@ -256,8 +266,7 @@ def _quantize_weights(op: Op, graph: Graph, params, data, tensors, qdata) -> Non
                 or graph.tensors[t].dtype != "float32" or tensors[t].dtype != "float32":
             continue  # absent, an activation, already done (shared), or an int operand
         src = graph.tensors[t]
-        if k == 1 and op.type in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED",
-                                  "BATCH_MATMUL"):
+        if k == 1 and op.type in _WEIGHTS:
             q, qx = _symmetric(data[t], _WEIGHT_AXIS.get(op.type))
         elif k == 2 and op.type in _HAS_BIAS:
             q, qx = _bias(data[t], params.get(op.inputs[0]), tensors[op.inputs[1]])

@@ -68,7 +68,7 @@ def may_quantize(graph: Graph, precision: str | None) -> bool:
 
 def declined(graph: Graph, op: Op) -> str:
     """Why the delegate leaves quantized `op` to TFLite ("" when XNNPACK takes it)."""
-    why = _op_rules(op)
+    why = op_declines(op)
     if why or graph.tensors[op.outputs[0]].quantization is None:   # a float graph: no scales
         return why
     if any(graph.tensors[t].quantization.per_channel for t in (*op.inputs, *op.outputs)
@@ -88,7 +88,7 @@ def declined(graph: Graph, op: Op) -> str:
 
 
 @lru_cache(maxsize=1 << 14)
-def _op_rules(op: Op) -> str:
+def op_declines(op: Op) -> str:
     """The checks that read the op alone (cached: NAS candidates share their ops)."""
     if op.type not in _VISITED:
         return f"XNNPACK has no {op.type} (VisitNode)"

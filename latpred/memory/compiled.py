@@ -13,7 +13,7 @@ each piece with its Python original):
   no allocation type and ends no chunk, whose ops left to TFLite have no temporaries and do
   not run in place (their output is not shared: a graph output). Any other graph reports
   `False` and is planned in Python. 8-bit ops: the delegate's decision comes in per op
-  (`flat._declined`).
+  (`flat_int8`).
 
 Editing this file: numba's on-disk cache (`cache=True`) checks only the calling function's own
 file, so `compiled_graph`'s cached functions keep the old code of the ones here until

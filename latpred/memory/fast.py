@@ -53,11 +53,12 @@ def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
 
         return np.array([simulate(g, t.precision, t.batch)["peak"] for g in graphs],
                         dtype=np.int64)
-    graphs = [for_precision(g, t.precision) for g in graphs]
     if kernels == "xnnpack" and _compiled():
         from latpred.memory.flat import graph_totals
 
-        return graph_totals(graphs)
+        # int8: float graphs planned as their int8 models (`for_precision`), see flat_int8
+        return graph_totals(graphs, int8=t.precision == "int8")
+    graphs = [for_precision(g, t.precision) for g in graphs]
     return np.array([memory_total(g, kernels) for g in graphs], dtype=np.int64)
 
 
@@ -71,18 +72,19 @@ def predict_many_with_memory(model: Any, graphs: Sequence[Graph], *, kernels: st
     if batched is None:
         preds = model.predict_many(graphs, allow_fallback=allow_fallback)
         return preds, memory_totals(graphs, model.target, kernels)
-    if t.processor != "cpu" or t.precision == "int8":
-        # int8: the memory of the int8 models (`for_precision`), not of the float graphs the
-        # latency batch holds
-        preds, graphs = batched(graphs, allow_fallback=allow_fallback)[:2]
-        return preds, memory_totals(graphs, model.target, kernels)
-    if kernels == "xnnpack" and _compiled():
+    if kernels == "xnnpack" and _compiled() and t.processor == "cpu":
         from latpred.memory.flat import Wiring, xnnpack_totals
 
         wiring = Wiring()
         preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback,
                                                 visit=wiring.collect)
-        return preds, xnnpack_totals(graphs, deduced, batch, wiring)
+        # int8: the memory of the int8 models (`for_precision`), not of the float graphs the
+        # latency batch holds (flat_int8)
+        return preds, xnnpack_totals(graphs, deduced, batch, wiring,
+                                     int8=t.precision == "int8")
+    if t.processor != "cpu" or t.precision == "int8":
+        preds, graphs = batched(graphs, allow_fallback=allow_fallback)[:2]
+        return preds, memory_totals(graphs, model.target, kernels)
     preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback)
     configs = batch_configs(graphs, deduced, batch)
     return preds, np.array([memory_total(g, kernels, c) for g, c in zip(graphs, configs)],

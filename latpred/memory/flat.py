@@ -24,6 +24,7 @@ import numpy as np
 from latpred.graph import _ITEMSIZE, Graph
 from latpred.memory import compiled_buffers as cb
 from latpred.memory import compiled_graph as cg
+from latpred.memory import flat_int8
 from latpred.memory import xnnpack
 from latpred.memory import xnnpack_partition as partition
 from latpred.memory import xnnpack_operators as xnn_ops
@@ -110,25 +111,6 @@ def _op_attrs(ops: list, flags: np.ndarray, kinds: np.ndarray | None) -> tuple[n
     return out[0], out[1], out[2]
 
 
-def _declined(graphs: Sequence[Graph], ops: list, g_ops: np.ndarray, tensors: "Tensors",
-              out_ptr: np.ndarray, outs: np.ndarray) -> np.ndarray:
-    """Per op: whether it writes an 8-bit tensor and the delegate's quantized checks refuse it
-    (`xnnpack_partition.supported`'s first rule). Asked per op in Python: scales decide, which
-    neither the op's type nor its configuration names. All False for float graphs."""
-    out = np.zeros(len(ops), np.bool_)
-    if not tensors.eight_bit.any():
-        return out
-    graph_of = np.repeat(np.arange(len(graphs)), np.diff(g_ops))
-    first = np.full(len(ops), -1, np.int64)
-    has_out = out_ptr[1:] > out_ptr[:-1]
-    first[has_out] = outs[out_ptr[:-1][has_out]]
-    writes = first >= 0
-    writes[writes] = tensors.eight_bit[first[writes] + tensors.g_tens[graph_of[writes]]]
-    for j in np.flatnonzero(writes).tolist():
-        out[j] = bool(partition.declined(graphs[graph_of[j]], ops[j]))
-    return out
-
-
 def _facts(op: Any) -> tuple[bool, bool, bool]:
     key = (op.type, op.attrs)
     facts = _ATTR_FACTS.get(key)
@@ -142,8 +124,8 @@ def _facts(op: Any) -> tuple[bool, bool, bool]:
 
 class Tensors(NamedTuple):
     """Per tensor of all graphs in a row: bytes, stored in the model, a data type XNNPACK
-    takes; each graph's first tensor (and one past the last); 8-bit (`_declined` asks the
-    delegate's 8-bit rules of the ops that write one, `eight_bit_weights` picks the qs8
+    takes; each graph's first tensor (and one past the last); 8-bit (`flat_int8`: the
+    delegate's 8-bit rules of the ops that write one, the operators sized by the qs8
     sizes)."""
 
     size: np.ndarray
@@ -241,10 +223,12 @@ class Planned(NamedTuple):
 
 
 def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None,
-         op_kind: np.ndarray | None = None, g_ops: np.ndarray | None = None) -> Planned:
+         op_kind: np.ndarray | None = None, g_ops: np.ndarray | None = None,
+         retype: np.ndarray | None = None) -> Planned:
     """Every graph's partitions, arena and workspace in one compiled call (`wiring`: the
     graphs' ops, recorded before; else walked here; `op_kind`: see `_op_attrs`; `g_ops`:
-    `op_offsets(graphs)` where the caller has them)."""
+    `op_offsets(graphs)` where the caller has them; `retype`: per graph, plan the float graph
+    as its int8 model, `flat_int8.as_int8`)."""
     wiring = wiring or Wiring().walk(graphs)
     g_ops = op_offsets(graphs) if g_ops is None else g_ops
     if len(wiring.ops) != g_ops[-1]:
@@ -257,7 +241,11 @@ def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None
     gin_ptr, gin = _csr(list(map(_INPUTS, graphs)))
     gout_ptr, gout = _csr(list(map(_OUTPUTS, graphs)))
     attr_ok, clamp, noact = _op_attrs(wiring.ops, flags, op_kind)
-    declined = _declined(graphs, wiring.ops, g_ops, tensors, out_ptr, outs)
+    if retype is not None and retype.any():
+        tensors, declined = flat_int8.retyped(graphs, tensors, retype, wiring, g_ops, flags,
+                                              in_ptr, ins, out_ptr, outs)
+    else:
+        declined = flat_int8.declined_per_op(graphs, wiring.ops, g_ops, tensors, out_ptr, outs)
     res, delegated = cg.plan_batch(g_ops, tensors.g_tens, gin_ptr, gin, gout_ptr, gout, in_ptr,
                                    ins, out_ptr, outs, flags, attr_ok, declined, clamp, noact,
                                    tensors.size, tensors.const, tensors.dtype_ok)
@@ -266,14 +254,16 @@ def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None
 
 
 def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], batch: Any,
-                   wiring: Wiring | None = None) -> np.ndarray:
+                   wiring: Wiring | None = None, int8: bool = False) -> np.ndarray:
     """`memory_totals(graphs)` with XNNPACK, from a FeatureBatch of the graphs' `kernels`
-    (`wiring`: their ops, recorded while the batch was built)."""
+    (`wiring`: their ops, recorded while the batch was built; `int8`: on an int8 target, float
+    graphs planned as their int8 models, `flat_int8`)."""
     tensors, key_ids = batch_tensors(graphs, batch)
     g_ops = op_offsets(graphs)
     op_cfg = _op_configs(kernels, batch, g_ops)
+    retype, layout = flat_int8.classify(graphs) if int8 else (None, [])
     planned = plan(graphs, tensors, wiring, np.where(op_cfg >= 0, batch.config_kind[op_cfg], -1),
-                   g_ops)
+                   g_ops, retype)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
     keys = batch.tensor_keys
     shapes = _Shapes(keys, key_ids, tensors.g_tens, graph_of)
@@ -283,31 +273,58 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
         return cb.dims_rows([keys[k][0] for k in interned.tolist()])[back.reshape(-1)]
 
     def buffers(j: int) -> int:
-        return sum(xnn_ops._buffers(shapes.signature(j, planned.ops[j])))
+        sig = shapes.signature(j, planned.ops[j])
+        retyped = retype is not None and retype[graph_of[j]]
+        return sum(xnn_ops._buffers(flat_int8.int8_signature(sig) if retyped else sig))
 
-    return _totals(graphs, planned, op_cfg, cb.Sizer(planned, dims, buffers, batch.config_kind))
+    sizer = cb.Sizer(planned, dims, buffers, batch.config_kind)
+    return _with_layouts(_totals(graphs, planned, op_cfg, sizer, retype, layout), graphs,
+                         layout)
 
 
-def graph_totals(graphs: Sequence[Graph]) -> np.ndarray:
+def graph_totals(graphs: Sequence[Graph], int8: bool = False) -> np.ndarray:
     """`memory_totals(graphs)` with XNNPACK, without a latency batch (no configurations: the
     operator buffers are looked up per op by signature, as `xnnpack_operators` does; reading
-    every op's tensor dims for the compiled sizes costs more here than the look-ups)."""
-    planned = plan(graphs, graph_tensors(graphs))
+    every op's tensor dims for the compiled sizes costs more here than the look-ups; `int8`:
+    as `xnnpack_totals`)."""
+    retype, layout = flat_int8.classify(graphs) if int8 else (None, [])
+    planned = plan(graphs, graph_tensors(graphs), retype=retype)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops)).tolist()
-    g_ops = planned.g_ops.tolist()
+
+    def op_buffers(j: int) -> int:
+        g = graph_of[j]
+        op = planned.ops[j]
+        if op.type not in xnn_ops._WITH_BUFFERS:
+            return 0
+        sig = xnn_ops._signature(graphs[g].tensors, op)
+        retyped = retype is not None and retype[g]
+        return sum(xnn_ops._buffers(flat_int8.int8_signature(sig) if retyped else sig))
 
     def buffers(reps: np.ndarray, _: np.ndarray) -> np.ndarray:
-        return np.fromiter((xnn_ops._op_buffers(graphs[graph_of[j]], j - g_ops[graph_of[j]])
-                            for j in reps.tolist()), np.int64, len(reps))
+        return np.fromiter(map(op_buffers, reps.tolist()), np.int64, len(reps))
 
-    return _totals(graphs, planned, np.full(len(planned.ops), -1, np.int64), buffers)
+    totals = _totals(graphs, planned, np.full(len(planned.ops), -1, np.int64), buffers, retype,
+                     layout)
+    return _with_layouts(totals, graphs, layout)
+
+
+def _with_layouts(totals: np.ndarray, graphs: Sequence[Graph], layout: list[int]) -> np.ndarray:
+    """`totals`, those of the graphs `layout` replaced by their int8 layouts' (a float graph
+    whose int8 model adds ops: `flat_int8.classify`)."""
+    if layout:
+        from latpred.tflite.quantize import int8_layout
+
+        totals[layout] = graph_totals([int8_layout(graphs[g]) for g in layout])
+    return totals
 
 
 def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
-            sizer: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+            sizer: Callable[[np.ndarray, np.ndarray], np.ndarray],
+            retype: np.ndarray | None = None, replaced: Sequence[int] = ()) -> np.ndarray:
     """The totals of the planned graphs (`op_cfg`: each op's configuration, -1 for none;
     `sizer(ops, their configurations)`: packed weights plus indirection,
-    `compiled_buffers.Sizer`); uncovered graphs in Python."""
+    `compiled_buffers.Sizer`; `retype`: see `plan`); uncovered graphs in Python (a retyped
+    one as its int8 layout), but for those the caller `replaced`."""
     from latpred.memory.fast import memory_total
 
     res, delegated, _, g_ops, flags, (size, const, _, g_tens, _) = planned[:6]
@@ -317,7 +334,8 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
     with_buffers = delegated & np.repeat(covered, n_ops) & (flags & OP_BUFFERS != 0)
     buffers = _per_graph(_buffers(with_buffers, op_cfg, sizer, known), g_ops)
     # host_cpu.eight_bit_operators: a delegated operator with 8-bit weights
-    qs8 = _per_graph((with_buffers & eight_bit_weights(planned)).astype(np.int64), g_ops) > 0
+    qs8 = _per_graph((with_buffers & flat_int8.eight_bit_weights(planned)).astype(np.int64),
+                     g_ops) > 0
     # host_cpu.estimate_model_bytes: each stored buffer 16-aligned, plus 16
     stored = _per_graph(np.where(const, (size + 15) // 16 * 16 + 16, 0), g_tens)
     # host_cpu.overhead; host_cpu.transient: one chunk outgrows no arena, so only a
@@ -328,27 +346,20 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
     for g in np.flatnonzero(covered & (res[:, 3] > 0)).tolist():
         totals[g] += transient((int(res[g, 1]),), int(res[g, 3]))
     supported: dict[int, bool] = {}
+    skip = set(replaced)
     for g in np.flatnonzero(~covered).tolist():
+        if g in skip:
+            continue
+        if retype is not None and retype[g]:
+            from latpred.tflite.quantize import int8_layout
+
+            totals[g] = memory_total(int8_layout(graphs[g]))
+            continue
         t0, t1 = g_tens[g], g_tens[g + 1]
         set_tensor_table(graphs[g], size[t0:t1].tolist(), const[t0:t1].tolist())
         configs = OpConfigs(op_cfg[g_ops[g]:g_ops[g + 1]].tolist(), supported, known)
         totals[g] = memory_total(graphs[g], "xnnpack", configs)
     return np.array(totals, dtype=np.int64)
-
-
-def eight_bit_weights(planned: Planned) -> np.ndarray:
-    """Per op: whether its input 1 (the weights of a convolution or fully connected op) is an
-    8-bit tensor (XNNPACK's qs8 rules size such an operator)."""
-    t = planned.tensors
-    w = np.full(len(planned.ops), -1, np.int64)
-    two = planned.in_ptr[1:] - planned.in_ptr[:-1] > 1
-    w[two] = planned.ins[planned.in_ptr[:-1][two] + 1]
-    out = w >= 0
-    if t.eight_bit.any():
-        graph_of = np.repeat(np.arange(len(planned.g_ops) - 1), np.diff(planned.g_ops))
-        out[out] = t.eight_bit[w[out] + t.g_tens[graph_of[out]]]
-        return out
-    return np.zeros(len(planned.ops), np.bool_)
 
 
 def _per_graph(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:

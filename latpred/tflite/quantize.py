@@ -166,9 +166,17 @@ def _int8_tensors(graph: Graph, params: dict[int, Quantization]) -> list[Tensor]
     return tensors
 
 
+def is_float_graph(graph: Graph) -> bool:
+    """Whether `quantize` / `int8_layout` take the graph: no quantized or 8-bit tensor."""
+    return all(t.quantization is None and t.dtype in _FLOAT_GRAPH_TYPES for t in graph.tensors)
+
+
+_FLOAT_GRAPH_TYPES = frozenset({"float32", "int32", "int64", "bool"})
+
+
 def _check_float(graph: Graph) -> None:
     for t in graph.tensors:
-        if t.quantization is not None or t.dtype not in ("float32", "int32", "int64", "bool"):
+        if t.quantization is not None or t.dtype not in _FLOAT_GRAPH_TYPES:
             raise UnsupportedModelError(f"int8 writing needs an fp32 graph, but tensor "
                                         f"{t.name!r} is {t.dtype}"
                                         f"{' and quantized' if t.quantization else ''}.")
@@ -186,11 +194,10 @@ def _float_tensors(graph: Graph, island: set[int]) -> set[int]:
     return keep
 
 
-def _activation_params(graph: Graph, ranges, data, island, keep_float
-                       ) -> tuple[dict[int, Quantization], dict[int, Quantization]]:
-    """Parameters of every int8 activation, and of float constants inside same-scale groups;
-    and the fixed-parameter tensors whose group holds other fixed parameters, each with the
-    group's parameters (a QUANTIZE op requantizes it into the group, `_requantize`)."""
+def _same_scale_groups(graph: Graph, island: set[int]
+                       ) -> tuple[_Groups, dict[int, tuple[float, int]], set[int]]:
+    """The tensors that must share parameters (union-find), the fixed parameters of the ops'
+    outputs that need them, and the float constants inside a group (islands left out)."""
     groups = _Groups()
     fixed: dict[int, tuple[float, int]] = {}
     grouped_consts: set[int] = set()
@@ -206,6 +213,32 @@ def _activation_params(graph: Graph, ranges, data, island, keep_float
             grouped_consts.update(t for t in members if graph.tensors[t].is_constant)
             for t in members[1:]:
                 groups.union(members[0], t)
+    return groups, fixed, grouped_consts
+
+
+def retypes_only(graph: Graph) -> bool:
+    """Whether `int8_layout(graph)` keeps the graph's ops and tensors and changes only data
+    types: no op without an int8 kernel (no DEQUANTIZE / QUANTIZE around an island) and no
+    same-scale group holding two different fixed parameters (no requantizing QUANTIZE).
+    What `latpred.memory.flat_int8` plans without building the layout."""
+    if any(op.type not in INT8_KERNELS for op in graph.ops):
+        return False
+    if len({FIXED[op.type] for op in graph.ops if op.type in FIXED}) < 2:
+        return True
+    groups, fixed, _ = _same_scale_groups(graph, set())
+    pinned: dict[int, tuple[float, int]] = {}
+    for t, q in fixed.items():
+        if pinned.setdefault(groups.find(t), q) != q:
+            return False
+    return True
+
+
+def _activation_params(graph: Graph, ranges, data, island, keep_float
+                       ) -> tuple[dict[int, Quantization], dict[int, Quantization]]:
+    """Parameters of every int8 activation, and of float constants inside same-scale groups;
+    and the fixed-parameter tensors whose group holds other fixed parameters, each with the
+    group's parameters (a QUANTIZE op requantizes it into the group, `_requantize`)."""
+    groups, fixed, grouped_consts = _same_scale_groups(graph, island)
     members_of: dict[int, list[int]] = {}
     for t in [*ranges, *grouped_consts]:
         if t not in keep_float:

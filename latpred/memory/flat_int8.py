@@ -1,0 +1,154 @@
+"""8-bit tensors in the compiled memory planner (`flat.py`).
+
+Two kinds of graph reach it with 8-bit tensors:
+
+- **int8 models** (files, or `int8_layout` graphs): the delegate's 8-bit checks read scales,
+  so `declined_per_op` asks `deduce.xnnpack_int8.declined` of every op that writes an 8-bit
+  tensor and hands the answers to the port as a mask;
+- **float NAS candidates on an int8 target**, planned as the int8 model latpred would write of
+  them (`tflite.quantize.int8_layout`). Where that model keeps the float graph's ops and
+  tensors (`quantize.retypes_only`: no fp32 island, no requantized fixed parameters), it
+  differs in data types only: every float32 tensor becomes int8, one byte an element, except
+  the biases, which become int32 (four); and the layout's scales (placeholder [0, 1] ranges
+  and the fixed parameters 1/256, 1/128, 1/16) pass every scale check of `declined` (an ADD's
+  input over output scale stays within [1/16, 16], a MUL's product over output within
+  [1/4096, 1]), so only the checks that read the op alone decide (`declined_by_op`).
+  `as_int8` retypes the flat tensors so, without building a Graph per candidate (~240 us in
+  Python); tests/test_memory_compiled.py compares the totals with the layout's.
+
+`eight_bit_weights` marks the operators XNNPACK sizes by its qs8 rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from latpred.deduce.xnnpack_int8 import declined, op_declines
+from latpred.graph import Graph
+from latpred.memory.compiled_graph import OP_CONV
+from latpred.tflite.quantize import is_float_graph, retypes_only
+
+
+def classify(graphs: Sequence[Graph]) -> tuple[np.ndarray, list[int]]:
+    """For an int8 target: the float graphs, whose tensors are retyped (`as_int8`), and among
+    them those whose int8 model adds ops (`quantize.retypes_only` False), whose totals must
+    come from their int8 layouts. The rest (already 8-bit) are planned as they are. Every
+    float graph is retyped, those too: the batch sizes an operator once per configuration,
+    so all of a configuration's ops must have the same types."""
+    retype = np.zeros(len(graphs), np.bool_)
+    layout = []
+    for g, graph in enumerate(graphs):
+        if is_float_graph(graph):
+            retype[g] = True
+            if not retypes_only(graph):
+                layout.append(g)
+    return retype, layout
+
+
+def _graph_of(g_ops: np.ndarray) -> np.ndarray:
+    return np.repeat(np.arange(len(g_ops) - 1), np.diff(g_ops))
+
+
+def _first_outputs(out_ptr: np.ndarray, outs: np.ndarray) -> np.ndarray:
+    """Each op's output 0 (-1: none)."""
+    first = np.full(len(out_ptr) - 1, -1, np.int64)
+    has = out_ptr[1:] > out_ptr[:-1]
+    first[has] = outs[out_ptr[:-1][has]]
+    return first
+
+
+def writes_eight_bit(tensors: Any, g_ops: np.ndarray, out_ptr: np.ndarray,
+                      outs: np.ndarray) -> np.ndarray:
+    """Per op: whether its output 0 is an 8-bit tensor (`xnnpack_partition.eight_bit`)."""
+    first = _first_outputs(out_ptr, outs)
+    writes = first >= 0
+    writes[writes] = tensors.eight_bit[first[writes] + tensors.g_tens[_graph_of(g_ops)[writes]]]
+    return writes
+
+
+def declined_per_op(graphs: Sequence[Graph], ops: list, g_ops: np.ndarray, tensors: Any,
+                    out_ptr: np.ndarray, outs: np.ndarray) -> np.ndarray:
+    """Per op: whether it writes an 8-bit tensor and the delegate's quantized checks refuse it
+    (`xnnpack_partition.supported`'s first rule), asked of the graphs as they are. All False
+    for float graphs."""
+    out = np.zeros(len(ops), np.bool_)
+    if not tensors.eight_bit.any():
+        return out
+    graph_of = _graph_of(g_ops)
+    for j in np.flatnonzero(writes_eight_bit(tensors, g_ops, out_ptr, outs)).tolist():
+        out[j] = bool(declined(graphs[graph_of[j]], ops[j]))
+    return out
+
+
+def declined_by_op(ops: list, writes: np.ndarray) -> np.ndarray:
+    """Per op of a retyped candidate (`as_int8`): whether it writes an 8-bit tensor and a check
+    that reads the op alone refuses it (`deduce.xnnpack_int8.op_declines`), once per type,
+    attributes and arity."""
+    out = np.zeros(len(ops), np.bool_)
+    known: dict[tuple, bool] = {}
+    for j in np.flatnonzero(writes).tolist():
+        op = ops[j]
+        key = (op.type, op.attrs, len(op.inputs), len(op.outputs))
+        no = known.get(key)
+        if no is None:
+            no = known[key] = bool(op_declines(op))
+        out[j] = no
+    return out
+
+
+def as_int8(tensors: Any, retype: np.ndarray, g_ops: np.ndarray, types: list[str],
+            in_ptr: np.ndarray, ins: np.ndarray, flags: np.ndarray) -> Any:
+    """The flat tensors of the graphs marked `retype` as their int8 models have them: float32
+    (4 bytes an element) becomes int8 (1), except the biases (input 2 of a convolution or a
+    fully connected op), which become int32 (4 bytes, as before)."""
+    graph_of = _graph_of(g_ops)
+    is_float = tensors.dtype_ok & ~tensors.eight_bit      # float graphs: float32 exactly
+    in_graph = np.repeat(retype, np.diff(tensors.g_tens))
+    bias = np.zeros(len(tensors.size), np.bool_)
+    with_bias = np.flatnonzero((flags & OP_CONV != 0) | (np.array(types) == "FULLY_CONNECTED"))
+    with_bias = with_bias[in_ptr[with_bias + 1] - in_ptr[with_bias] > 2]
+    b = ins[in_ptr[with_bias] + 2]
+    b_flat = b[b >= 0] + tensors.g_tens[graph_of[with_bias[b >= 0]]]
+    bias[b_flat] = tensors.const[b_flat]
+    eight = is_float & in_graph & ~bias
+    size = np.where(eight, tensors.size // 4, tensors.size)
+    return type(tensors)(size, tensors.const, tensors.dtype_ok, tensors.g_tens,
+                         tensors.eight_bit | eight)
+
+
+def retyped(graphs: Sequence[Graph], tensors: Any, retype: np.ndarray, wiring: Any,
+            g_ops: np.ndarray, flags: np.ndarray, in_ptr: np.ndarray, ins: np.ndarray,
+            out_ptr: np.ndarray, outs: np.ndarray) -> tuple[Any, np.ndarray]:
+    """The flat tensors with the `retype` graphs' retyped (`as_int8`), and every op's 8-bit
+    decision: by the op alone in retyped graphs, asked of the graph in the others."""
+    int8 = as_int8(tensors, retype, g_ops, wiring.types, in_ptr, ins, flags)
+    in_retyped = np.repeat(retype, np.diff(g_ops))
+    writes = writes_eight_bit(int8, g_ops, out_ptr, outs)
+    declined = declined_by_op(wiring.ops, writes & in_retyped)
+    if tensors.eight_bit.any():
+        declined |= declined_per_op(graphs, wiring.ops, g_ops, tensors, out_ptr, outs) & \
+            ~in_retyped
+    return int8, declined
+
+
+def int8_signature(sig: tuple) -> tuple:
+    """An operator signature (`xnnpack_operators._signature`) of a retyped graph: its float32
+    weights are int8 there."""
+    return sig[:5] + ("int8",) if sig[5] == "float32" else sig
+
+
+def eight_bit_weights(planned: Any) -> np.ndarray:
+    """Per op: whether its input 1 (the weights of a convolution or fully connected op) is an
+    8-bit tensor (XNNPACK's qs8 rules size such an operator)."""
+    t = planned.tensors
+    out = np.zeros(len(planned.ops), np.bool_)
+    if not t.eight_bit.any():
+        return out
+    two = planned.in_ptr[1:] - planned.in_ptr[:-1] > 1
+    w = np.full(len(planned.ops), -1, np.int64)
+    w[two] = planned.ins[planned.in_ptr[:-1][two] + 1]
+    has = w >= 0
+    out[has] = t.eight_bit[w[has] + t.g_tens[_graph_of(planned.g_ops)[has]]]
+    return out

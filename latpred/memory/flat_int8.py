@@ -7,7 +7,8 @@ Two kinds of graph reach it with 8-bit tensors:
   tensor and hands the answers to the port as a mask;
 - **float NAS candidates on an int8 target**, planned as the int8 model latpred would write of
   them (`tflite.quantize.int8_layout`). Where that model keeps the float graph's ops and
-  tensors (`quantize.retypes_only`: no fp32 island, no requantized fixed parameters), it
+  tensors (`quantize.retypes_only`: no fp32 island, no requantized fixed parameters, no
+  float constant in a same-scale group), it
   differs in data types only: every float32 tensor becomes int8, one byte an element, except
   the biases, which become int32 (four); and the layout's scales (placeholder [0, 1] ranges
   and the fixed parameters 1/256, 1/128, 1/16) pass every scale check of `declined` (an ADD's

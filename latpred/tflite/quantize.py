@@ -220,9 +220,17 @@ def retypes_only(graph: Graph) -> bool:
     """Whether `int8_layout(graph)` keeps the graph's ops and tensors and changes only data
     types: no op without an int8 kernel (no DEQUANTIZE / QUANTIZE around an island) and no
     same-scale group holding two different fixed parameters (no requantizing QUANTIZE).
-    What `latpred.memory.flat_int8` plans without building the layout."""
-    if any(op.type not in INT8_KERNELS for op in graph.ops):
-        return False
+    What `latpred.memory.flat_int8` plans without building the layout; it also needs every
+    scale to be a placeholder or a fixed parameter, so a graph with a float constant inside a
+    same-scale group (whose scale the layout takes from its absent data) is left out too."""
+    tensors = graph.tensors
+    for op in graph.ops:
+        if op.type not in INT8_KERNELS:
+            return False
+        if op.type in SAME_SCALE and any(t >= 0 and tensors[t].is_constant and
+                                         tensors[t].dtype == "float32"
+                                         for t in _data_inputs(op)):
+            return False
     if len({FIXED[op.type] for op in graph.ops if op.type in FIXED}) < 2:
         return True
     groups, fixed, _ = _same_scale_groups(graph, set())

@@ -15,7 +15,7 @@ Two kinds of graph reach it with 8-bit tensors:
   input over output scale stays within [1/16, 16], a MUL's product over output within
   [1/4096, 1]), so only the checks that read the op alone decide (`declined_by_op`).
   `as_int8` retypes the flat tensors so, without building a Graph per candidate (~240 us in
-  Python); tests/test_memory_compiled.py compares the totals with the layout's.
+  Python); tests/test_memory.py compares the totals with the Python planner on the layouts.
 
 `eight_bit_weights` marks the operators XNNPACK sizes by its qs8 rules.
 """

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from latpred.gc_pause import paused_gc
 from latpred.graph import Graph
 from latpred.memory import xnnpack
 from latpred.memory import xnnpack_operators as xnn_ops
@@ -45,6 +46,11 @@ def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
                   kernels: str = "xnnpack") -> np.ndarray:
     """Peak bytes of each graph on `target` (LiteRT on the CPU, or a CUDA target: the caching
     allocator's max_memory_allocated), as `predict_memory` totals."""
+    with paused_gc():
+        return _memory_totals(graphs, target, kernels)
+
+
+def _memory_totals(graphs: Sequence[Graph], target: Any, kernels: str) -> np.ndarray:
     from latpred.memory import _check_target
 
     t = _check_target(target)
@@ -65,6 +71,12 @@ def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
 def predict_many_with_memory(model: Any, graphs: Sequence[Graph], *, kernels: str = "xnnpack",
                              allow_fallback: bool = False) -> tuple[list[Any], np.ndarray]:
     """`model.predict_many(graphs)` and the graphs' peak memory on the model's target."""
+    with paused_gc():
+        return _with_memory(model, graphs, kernels, allow_fallback)
+
+
+def _with_memory(model: Any, graphs: Sequence[Graph], kernels: str, allow_fallback: bool
+                 ) -> tuple[list[Any], np.ndarray]:
     from latpred.memory import _check_target
 
     batched = getattr(model, "predict_many_batch", None)

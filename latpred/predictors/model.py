@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from latpred.errors import PredictorError
+from latpred.gc_pause import paused_gc
 from latpred.graph import Graph
 from latpred.predictors.overhead import OverheadModel, fit_overhead
 from latpred.predictors.residual import fit_residual, per_type, skipped
@@ -157,11 +158,12 @@ class LatencyModel:
         from latpred.deduce import deduce
 
         target = self._target()
-        graphs = [_as_graph(g, example_inputs) for g in graphs]
-        kernels = [tuple(deduce(g, target)) for g in graphs] if visit is None else \
-            [_visited(tuple(deduce(g, target)), visit, g) for g in graphs]
-        batch, missing = self.feature_batch(graphs, kernels, allow_fallback=allow_fallback)
-        return self._predict_batch(graphs, kernels, batch, missing), graphs, kernels, batch
+        with paused_gc():
+            graphs = [_as_graph(g, example_inputs) for g in graphs]
+            kernels = [tuple(deduce(g, target)) for g in graphs] if visit is None else \
+                [_visited(tuple(deduce(g, target)), visit, g) for g in graphs]
+            batch, missing = self.feature_batch(graphs, kernels, allow_fallback=allow_fallback)
+            return self._predict_batch(graphs, kernels, batch, missing), graphs, kernels, batch
 
     def predict_kernels(self, graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], *,
                         allow_fallback: bool = False) -> list[Prediction]:

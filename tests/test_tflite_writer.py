@@ -332,6 +332,31 @@ def test_int8_all_zero_tensor_gets_the_converters_unit_scale() -> None:
     assert _run(data)[0].dtype == _run_builtin(data)[0].dtype == np.int8
 
 
+def test_float_twin_is_the_layout_before_its_data_types() -> None:
+    """`float_twin`: the layout's ops and wiring, with float32 where the layout has int8 or
+    int32 (a requantized conflict's new tensor is int8 already); None for an fp32 island."""
+    from latpred.tflite.quantize import float_twin, int8_layout
+
+    b = GraphBuilder("twin")
+    x = b.input((1, 8, 8, 4))
+    y = b.conv2d(x, 8, 1)
+    b.output(b.concat([b.tanh(y), b.sigmoid(y)], axis=-1))
+    conflict = b.build()
+    b = GraphBuilder("plain")
+    x = b.input((1, 8, 8, 4))
+    b.output(b.sigmoid(b.conv2d(x, 8, 3)))
+    plain = b.build()
+    t = (Tensor("x", (1, 8)), Tensor("e", (1, 8)), Tensor("y", (1, 8)))
+    exp = Graph(t, (Op.make("EXP", (0,), (1,)), Op.make("RELU", (1,), (2,))), (0,), (2,), "exp")
+    assert float_twin(plain) is plain and float_twin(exp) is None
+    twin, layout = float_twin(conflict), int8_layout(conflict)
+    assert [op.type for op in twin.ops].count("QUANTIZE") == 1
+    assert [(op.type, op.inputs, op.outputs) for op in twin.ops] == \
+        [(op.type, op.inputs, op.outputs) for op in layout.ops]
+    assert [t.shape for t in twin.tensors] == [t.shape for t in layout.tensors]
+    assert [t.dtype for t in twin.tensors][-1] == "int8"
+
+
 def test_int8_layout_is_the_written_int8_structure() -> None:
     """`int8_layout` (no calibration, no weights) gives the ops, wiring, shapes and data types
     of the int8 file the writer makes: islands, requantized conflicts, int32 biases."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from itertools import chain
 from math import prod
 from operator import attrgetter, itemgetter
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Collection, NamedTuple, Sequence
 
 import numpy as np
 
@@ -243,7 +243,7 @@ def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None
     attr_ok, clamp, noact = _op_attrs(wiring.ops, flags, op_kind)
     if retype is not None and retype.any():
         tensors, declined = flat_int8.retyped(graphs, tensors, retype, wiring, g_ops, flags,
-                                              in_ptr, ins, out_ptr, outs)
+                                              in_ptr, ins, out_ptr, outs, op_kind)
     else:
         declined = flat_int8.declined_per_op(graphs, wiring.ops, g_ops, tensors, out_ptr, outs)
     res, delegated = cg.plan_batch(g_ops, tensors.g_tens, gin_ptr, gin, gout_ptr, gout, in_ptr,
@@ -261,7 +261,8 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     tensors, key_ids = batch_tensors(graphs, batch)
     g_ops = op_offsets(graphs)
     op_cfg = _op_configs(kernels, batch, g_ops)
-    retype, layout = flat_int8.classify(graphs) if int8 else (None, [])
+    retype, instead = flat_int8.classify(graphs, _float_graphs(batch, key_ids, tensors.g_tens)) \
+        if int8 else (None, {})
     planned = plan(graphs, tensors, wiring, np.where(op_cfg >= 0, batch.config_kind[op_cfg], -1),
                    g_ops, retype)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
@@ -278,8 +279,17 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
         return sum(xnn_ops._buffers(flat_int8.int8_signature(sig) if retyped else sig))
 
     sizer = cb.Sizer(planned, dims, buffers, batch.config_kind)
-    return _with_layouts(_totals(graphs, planned, op_cfg, sizer, retype, layout), graphs,
-                         layout)
+    return _replaced(_totals(graphs, planned, op_cfg, sizer, retype, instead), graphs, instead)
+
+
+def _float_graphs(batch: Any, key_ids: np.ndarray, g_tens: np.ndarray) -> np.ndarray:
+    """Per graph, `quantize.is_float_graph`, read from the batch's interned tensors."""
+    from latpred.tflite.quantize import FLOAT_GRAPH_TYPES
+
+    keys = batch.tensor_keys            # (shape, dtype, is_constant, value, quantized)
+    odd = np.fromiter((k[1] not in FLOAT_GRAPH_TYPES or bool(k[4]) for k in keys), np.bool_,
+                      len(keys))
+    return _per_graph(odd[key_ids].astype(np.int64), g_tens) == 0
 
 
 def graph_totals(graphs: Sequence[Graph], int8: bool = False) -> np.ndarray:
@@ -287,7 +297,13 @@ def graph_totals(graphs: Sequence[Graph], int8: bool = False) -> np.ndarray:
     operator buffers are looked up per op by signature, as `xnnpack_operators` does; reading
     every op's tensor dims for the compiled sizes costs more here than the look-ups; `int8`:
     as `xnnpack_totals`)."""
-    retype, layout = flat_int8.classify(graphs) if int8 else (None, [])
+    retype, instead = flat_int8.classify(graphs) if int8 else (None, {})
+    return _replaced(_graph_totals(graphs, retype, instead), graphs, instead)
+
+
+def _graph_totals(graphs: Sequence[Graph], retype: np.ndarray | None,
+                  instead: dict[int, Graph | None],
+                  layout_of: Callable[[int], Graph] | None = None) -> np.ndarray:
     planned = plan(graphs, graph_tensors(graphs), retype=retype)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops)).tolist()
 
@@ -303,28 +319,35 @@ def graph_totals(graphs: Sequence[Graph], int8: bool = False) -> np.ndarray:
     def buffers(reps: np.ndarray, _: np.ndarray) -> np.ndarray:
         return np.fromiter(map(op_buffers, reps.tolist()), np.int64, len(reps))
 
-    totals = _totals(graphs, planned, np.full(len(planned.ops), -1, np.int64), buffers, retype,
-                     layout)
-    return _with_layouts(totals, graphs, layout)
+    return _totals(graphs, planned, np.full(len(planned.ops), -1, np.int64), buffers, retype,
+                   instead, layout_of)
 
 
-def _with_layouts(totals: np.ndarray, graphs: Sequence[Graph], layout: list[int]) -> np.ndarray:
-    """`totals`, those of the graphs `layout` replaced by their int8 layouts' (a float graph
-    whose int8 model adds ops: `flat_int8.classify`)."""
-    if layout:
-        from latpred.tflite.quantize import int8_layout
+def _replaced(totals: np.ndarray, graphs: Sequence[Graph], instead: dict[int, Graph | None]
+              ) -> np.ndarray:
+    """`totals`, those of the float graphs whose int8 model adds ops (`flat_int8.classify`)
+    replaced: by their float twins' retyped, or by their int8 layouts'."""
+    from latpred.tflite.quantize import int8_layout
 
-        totals[layout] = graph_totals([int8_layout(graphs[g]) for g in layout])
+    twins = [g for g, twin in instead.items() if twin is not None]
+    if twins:
+        totals[twins] = _graph_totals([instead[g] for g in twins], np.ones(len(twins), bool), {},
+                                      lambda k: int8_layout(graphs[twins[k]]))
+    layouts = [g for g, twin in instead.items() if twin is None]
+    if layouts:
+        totals[layouts] = graph_totals([int8_layout(graphs[g]) for g in layouts])
     return totals
 
 
 def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
             sizer: Callable[[np.ndarray, np.ndarray], np.ndarray],
-            retype: np.ndarray | None = None, replaced: Sequence[int] = ()) -> np.ndarray:
+            retype: np.ndarray | None = None, replaced: Collection[int] = (),
+            layout_of: Callable[[int], Graph] | None = None) -> np.ndarray:
     """The totals of the planned graphs (`op_cfg`: each op's configuration, -1 for none;
     `sizer(ops, their configurations)`: packed weights plus indirection,
     `compiled_buffers.Sizer`; `retype`: see `plan`); uncovered graphs in Python (a retyped
-    one as its int8 layout), but for those the caller `replaced`."""
+    one as its int8 layout: `layout_of(g)`, else `int8_layout(graphs[g])`), but for those
+    the caller `replaced`."""
     from latpred.memory.fast import memory_total
 
     res, delegated, _, g_ops, flags, (size, const, _, g_tens, _) = planned[:6]
@@ -353,7 +376,7 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
         if retype is not None and retype[g]:
             from latpred.tflite.quantize import int8_layout
 
-            totals[g] = memory_total(int8_layout(graphs[g]))
+            totals[g] = memory_total(layout_of(g) if layout_of else int8_layout(graphs[g]))
             continue
         t0, t1 = g_tens[g], g_tens[g + 1]
         set_tensor_table(graphs[g], size[t0:t1].tolist(), const[t0:t1].tolist())

@@ -7,8 +7,8 @@ Two kinds of graph reach it with 8-bit tensors:
   tensor and hands the answers to the port as a mask;
 - **float NAS candidates on an int8 target**, planned as the int8 model latpred would write of
   them (`tflite.quantize.int8_layout`). Where that model keeps the float graph's ops and
-  tensors (`quantize.retypes_only`: no fp32 island, no requantized fixed parameters, no
-  float constant in a same-scale group), it
+  tensors (`quantize.float_twin`: no fp32 island, no float constant in a same-scale group;
+  requantizing QUANTIZE ops are added to the float graph first), it
   differs in data types only: every float32 tensor becomes int8, one byte an element, except
   the biases, which become int32 (four); and the layout's scales (placeholder [0, 1] ranges
   and the fixed parameters 1/256, 1/128, 1/16) pass every scale check of `declined` (an ADD's
@@ -29,23 +29,27 @@ import numpy as np
 from latpred.deduce.xnnpack_int8 import declined, op_declines
 from latpred.graph import Graph
 from latpred.memory.compiled_graph import OP_CONV
-from latpred.tflite.quantize import is_float_graph, retypes_only
+from latpred.tflite.quantize import float_twin, is_float_graph
 
 
-def classify(graphs: Sequence[Graph]) -> tuple[np.ndarray, list[int]]:
+def classify(graphs: Sequence[Graph], is_float: np.ndarray | None = None
+             ) -> tuple[np.ndarray, dict[int, Graph | None]]:
     """For an int8 target: the float graphs, whose tensors are retyped (`as_int8`), and among
-    them those whose int8 model adds ops (`quantize.retypes_only` False), whose totals must
-    come from their int8 layouts. The rest (already 8-bit) are planned as they are. Every
-    float graph is retyped, those too: the batch sizes an operator once per configuration,
-    so all of a configuration's ops must have the same types."""
+    them those whose int8 model adds ops, each with what to plan instead: its float twin with
+    the requantizing QUANTIZE ops (`quantize.float_twin`, retyped too), or None where only
+    its int8 layout will do. The rest (already 8-bit) are planned as they are. Every float
+    graph of a batch is retyped, those too: the batch sizes an operator once per
+    configuration, so all of a configuration's ops must have the same types. `is_float`: per
+    graph, `quantize.is_float_graph` where the caller knows it."""
     retype = np.zeros(len(graphs), np.bool_)
-    layout = []
+    instead: dict[int, Graph | None] = {}
     for g, graph in enumerate(graphs):
-        if is_float_graph(graph):
+        if is_float[g] if is_float is not None else is_float_graph(graph):
             retype[g] = True
-            if not retypes_only(graph):
-                layout.append(g)
-    return retype, layout
+            twin = float_twin(graph)
+            if twin is not graph:
+                instead[g] = twin
+    return retype, instead
 
 
 def _graph_of(g_ops: np.ndarray) -> np.ndarray:
@@ -83,13 +87,26 @@ def declined_per_op(graphs: Sequence[Graph], ops: list, g_ops: np.ndarray, tenso
     return out
 
 
-def declined_by_op(ops: list, writes: np.ndarray) -> np.ndarray:
+def declined_by_op(ops: list, writes: np.ndarray, kinds: np.ndarray | None = None,
+                   arity: np.ndarray | None = None) -> np.ndarray:
     """Per op of a retyped candidate (`as_int8`): whether it writes an 8-bit tensor and a check
     that reads the op alone refuses it (`deduce.xnnpack_int8.op_declines`), once per type,
-    attributes and arity."""
+    attributes and arity: by `kinds` (the latency batch's interned type and attributes, -1
+    where unknown) with `arity` (per op: inputs, outputs) where given, else by the Op."""
     out = np.zeros(len(ops), np.bool_)
+    at = np.flatnonzero(writes)
+    if kinds is not None and len(at):
+        named = kinds[at] >= 0
+        rows = np.column_stack((kinds[at][named], arity[at][named]))
+        if len(rows):
+            _, first, back = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+            reps = at[named][first]
+            answers = np.fromiter((bool(op_declines(ops[j])) for j in reps.tolist()), np.bool_,
+                                  len(reps))
+            out[at[named]] = answers[back.reshape(-1)]
+        at = at[~named]
     known: dict[tuple, bool] = {}
-    for j in np.flatnonzero(writes).tolist():
+    for j in at.tolist():
         op = ops[j]
         key = (op.type, op.attrs, len(op.inputs), len(op.outputs))
         no = known.get(key)
@@ -121,13 +138,16 @@ def as_int8(tensors: Any, retype: np.ndarray, g_ops: np.ndarray, types: list[str
 
 def retyped(graphs: Sequence[Graph], tensors: Any, retype: np.ndarray, wiring: Any,
             g_ops: np.ndarray, flags: np.ndarray, in_ptr: np.ndarray, ins: np.ndarray,
-            out_ptr: np.ndarray, outs: np.ndarray) -> tuple[Any, np.ndarray]:
+            out_ptr: np.ndarray, outs: np.ndarray, kinds: np.ndarray | None = None
+            ) -> tuple[Any, np.ndarray]:
     """The flat tensors with the `retype` graphs' retyped (`as_int8`), and every op's 8-bit
-    decision: by the op alone in retyped graphs, asked of the graph in the others."""
+    decision: by the op alone in retyped graphs (`kinds`: see `declined_by_op`), asked of
+    the graph in the others."""
     int8 = as_int8(tensors, retype, g_ops, wiring.types, in_ptr, ins, flags)
     in_retyped = np.repeat(retype, np.diff(g_ops))
     writes = writes_eight_bit(int8, g_ops, out_ptr, outs)
-    declined = declined_by_op(wiring.ops, writes & in_retyped)
+    arity = np.column_stack((np.diff(in_ptr), np.diff(out_ptr)))
+    declined = declined_by_op(wiring.ops, writes & in_retyped, kinds, arity)
     if tensors.eight_bit.any():
         declined |= declined_per_op(graphs, wiring.ops, g_ops, tensors, out_ptr, outs) & \
             ~in_retyped

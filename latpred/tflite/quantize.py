@@ -168,15 +168,15 @@ def _int8_tensors(graph: Graph, params: dict[int, Quantization]) -> list[Tensor]
 
 def is_float_graph(graph: Graph) -> bool:
     """Whether `quantize` / `int8_layout` take the graph: no quantized or 8-bit tensor."""
-    return all(t.quantization is None and t.dtype in _FLOAT_GRAPH_TYPES for t in graph.tensors)
+    return all(t.quantization is None and t.dtype in FLOAT_GRAPH_TYPES for t in graph.tensors)
 
 
-_FLOAT_GRAPH_TYPES = frozenset({"float32", "int32", "int64", "bool"})
+FLOAT_GRAPH_TYPES = frozenset({"float32", "int32", "int64", "bool"})
 
 
 def _check_float(graph: Graph) -> None:
     for t in graph.tensors:
-        if t.quantization is not None or t.dtype not in _FLOAT_GRAPH_TYPES:
+        if t.quantization is not None or t.dtype not in FLOAT_GRAPH_TYPES:
             raise UnsupportedModelError(f"int8 writing needs an fp32 graph, but tensor "
                                         f"{t.name!r} is {t.dtype}"
                                         f"{' and quantized' if t.quantization else ''}.")
@@ -216,29 +216,51 @@ def _same_scale_groups(graph: Graph, island: set[int]
     return groups, fixed, grouped_consts
 
 
-def retypes_only(graph: Graph) -> bool:
-    """Whether `int8_layout(graph)` keeps the graph's ops and tensors and changes only data
-    types: no op without an int8 kernel (no DEQUANTIZE / QUANTIZE around an island) and no
-    same-scale group holding two different fixed parameters (no requantizing QUANTIZE).
-    What `latpred.memory.flat_int8` plans without building the layout; it also needs every
-    scale to be a placeholder or a fixed parameter, so a graph with a float constant inside a
-    same-scale group (whose scale the layout takes from its absent data) is left out too."""
+def float_twin(graph: Graph) -> Graph | None:
+    """A float graph whose int8 model `int8_layout(graph)` differs from it in data types only:
+    `graph` itself, when the layout keeps its ops and tensors; the graph with the
+    requantizing QUANTIZE ops the layout adds (each writing a new tensor that the fixed-
+    parameter tensor's same-scale readers read), when a same-scale group holds two different
+    fixed parameters; None when the layout wraps an fp32 island in DEQUANTIZE / QUANTIZE, or
+    when a float constant sits in a same-scale group (its scale would come from its absent
+    data, not from a placeholder or a fixed parameter). What `latpred.memory.flat_int8` plans
+    without building the layout (the new tensors are int8 already; the rest it retypes)."""
     tensors = graph.tensors
     for op in graph.ops:
         if op.type not in INT8_KERNELS:
-            return False
+            return None
         if op.type in SAME_SCALE and any(t >= 0 and tensors[t].is_constant and
                                          tensors[t].dtype == "float32"
                                          for t in _data_inputs(op)):
-            return False
+            return None
     if len({FIXED[op.type] for op in graph.ops if op.type in FIXED}) < 2:
-        return True
+        return graph
+    # a fixed-parameter tensor (an op's output) joins a group only where a same-scale op reads
+    # it: without one, no group holds two
+    fixed_out = {t for op in graph.ops if op.type in FIXED for t in op.outputs}
+    if not any(t in fixed_out for op in graph.ops if op.type in SAME_SCALE
+               for t in _data_inputs(op)):
+        return graph
     groups, fixed, _ = _same_scale_groups(graph, set())
-    pinned: dict[int, tuple[float, int]] = {}
-    for t, q in fixed.items():
-        if pinned.setdefault(groups.find(t), q) != q:
-            return False
-    return True
+    pinned_at: dict[int, tuple[float, int]] = {}
+    if all(pinned_at.setdefault(groups.find(t), q) == q for t, q in fixed.items()):
+        return graph
+    # `_activation_params`' order: groups as their first activation comes, members in index
+    # order; the first fixed member keeps the group's parameters
+    members_of: dict[int, list[int]] = {}
+    for t, x in enumerate(tensors):
+        if x.dtype == "float32" and not x.is_constant:
+            members_of.setdefault(groups.find(t), []).append(t)
+    requant: dict[int, Quantization] = {}
+    for members in members_of.values():
+        pinned = [fixed[t] for t in members if t in fixed]
+        requant.update((t, _PLACEHOLDER) for t in members
+                       if t in fixed and fixed[t] != pinned[0])
+    if not requant:
+        return graph
+    new_tensors = list(tensors)
+    ops = _requantize(list(graph.ops), new_tensors, requant)
+    return Graph(tuple(new_tensors), tuple(ops), graph.inputs, graph.outputs, graph.name)
 
 
 def _activation_params(graph: Graph, ranges, data, island, keep_float

@@ -13,9 +13,10 @@ from __future__ import annotations
 from latpred.errors import TargetError
 from latpred.graph import Graph
 from latpred.memory.prediction import MemoryPrediction, OpMemory
+from latpred.memory.xnnpack_configs import for_cpu
 
 __all__ = ["predict_memory", "MemoryPrediction", "OpMemory", "naive_sum", "largest_layer",
-           "memory_totals", "predict_many_with_memory"]
+           "memory_totals", "predict_many_with_memory", "for_cpu"]
 
 
 def _check_target(target):

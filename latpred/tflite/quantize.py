@@ -226,20 +226,25 @@ def float_twin(graph: Graph) -> Graph | None:
     data, not from a placeholder or a fixed parameter). What `latpred.memory.flat_int8` plans
     without building the layout (the new tensors are int8 already; the rest it retypes)."""
     tensors = graph.tensors
-    for op in graph.ops:
-        if op.type not in INT8_KERNELS:
+    params: set[tuple[float, int]] = set()
+    fixed_out: set[int] = set()
+    read_same: list[int] = []           # what same-scale ops read
+    for op in graph.ops:                # one pass: NAS loops call this per candidate
+        kind = op.type
+        if kind not in INT8_KERNELS:
             return None
-        if op.type in SAME_SCALE and any(t >= 0 and tensors[t].is_constant and
-                                         tensors[t].dtype == "float32"
-                                         for t in _data_inputs(op)):
-            return None
-    if len({FIXED[op.type] for op in graph.ops if op.type in FIXED}) < 2:
-        return graph
+        if kind in SAME_SCALE:
+            data = _data_inputs(op)
+            for t in data:
+                if t >= 0 and tensors[t].is_constant and tensors[t].dtype == "float32":
+                    return None
+            read_same += data
+        elif kind in FIXED:
+            params.add(FIXED[kind])
+            fixed_out.update(op.outputs)
     # a fixed-parameter tensor (an op's output) joins a group only where a same-scale op reads
     # it: without one, no group holds two
-    fixed_out = {t for op in graph.ops if op.type in FIXED for t in op.outputs}
-    if not any(t in fixed_out for op in graph.ops if op.type in SAME_SCALE
-               for t in _data_inputs(op)):
+    if len(params) < 2 or fixed_out.isdisjoint(read_same):
         return graph
     groups, fixed, _ = _same_scale_groups(graph, set())
     pinned_at: dict[int, tuple[float, int]] = {}

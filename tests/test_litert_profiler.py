@@ -57,17 +57,18 @@ def test_timings_are_positive_and_sum_close_to_end_to_end(small):
     conv = attribute_to_graph(graph, prof)[0]
     assert conv.op_type == "CONV_2D" and conv.mean_us > 50  # a 56x56x32->64 3x3 conv
     # The ops tile XNNPACK's run, which lies inside the timed call (buffer sync, call overhead
-    # around it): within each run the raw op sum is below the run's wall clock.
+    # around it): within each run the raw op sum is below the run's wall clock. The shared
+    # host preempts runs, so "close" is checked on the fastest run only.
     assert len(prof.run_e2e_us) == len(prof.run_op_sum_us) == len(prof.run_cpu_us) == 15
     assert all(0 < s <= e for s, e in zip(prof.run_op_sum_us, prof.run_e2e_us))
     # One thread: XNNPACK runs on the calling thread, whose CPU time is at most the wall clock.
     assert all(0 < c <= e * 1.01 for c, e in zip(prof.run_cpu_us, prof.run_e2e_us))
     assert all(isinstance(p, bool) for p in prof.run_preempted)
-    # The ops add up to (nearly all of) a run without the profiler's bookkeeping. (How close
-    # they come to a profiled run's wall clock is not asked: two clean-clone CIs of session 21
-    # on a busy host saw every profiled run at ~4.0 ms around 1.1 ms of ops, while this median
-    # check held.)
+    # The ops add up to (nearly all of) a run without the profiler's bookkeeping.
     assert 0.8 < prof.op_sum_us / prof.plain_e2e_median_us < 1.1
+    fastest = min(range(15), key=lambda r: prof.run_e2e_us[r])
+    assert prof.run_op_sum_us[fastest] > 0.6 * prof.run_e2e_us[fastest]
+    assert prof.run_cpu_us[fastest] > 0.6 * prof.run_e2e_us[fastest]
 
 
 def test_ops_left_to_tflite_kernels_and_dropped_ops():

@@ -227,22 +227,24 @@ def _random_signature(rng: random.Random) -> tuple:
     return (op_type, tuple(sorted(attrs.items())), x, w, (1, oh, ow, x[3]))
 
 
-@pytest.mark.parametrize("level", ["avx2", "zen1", "avx512"])
-def test_compiled_buffers_are_the_operator_rules(level):
+@pytest.mark.parametrize("level", ["avx2", "zen1", "avx512", "avxvnni", "amx"])
+@pytest.mark.parametrize("weights", ["float32", "int8"])
+def test_compiled_buffers_are_the_operator_rules(level, weights):
     # packed weights + indirection of random signatures: the port against xnnpack_operators,
-    # with each x86 level's f32 configurations
+    # with each x86 level's f32 configurations, and its qs8 ones for 8-bit weights
     from latpred.memory import compiled_buffers as cb
-    from latpred.memory.xnnpack_configs import f32_config, for_cpu
+    from latpred.memory.xnnpack_configs import for_cpu
     from latpred.memory.xnnpack_operators import _buffers
 
     rng = random.Random(13)
-    sigs = [_random_signature(rng) for _ in range(4000)]
+    sigs = [_random_signature(rng) + (weights,) for _ in range(4000)]
     rows = [(cb.CODES[t], *cb.attr_row(t, a)) for t, a, *_ in sigs]
     table = np.array(rows, np.int64)
     x, w, out = (cb.dims_rows([sig[i] for sig in sigs]) for i in (2, 3, 4))
+    eight = np.array([weights == "int8" and len(sig[3]) > 0 for sig in sigs])
     with for_cpu(level):
-        values, ok = cb.op_buffers(table[:, 0], table[:, 1:], x, w, out,
-                                   cb.config_table(f32_config()))
+        values, ok = cb.op_buffers(table[:, 0], table[:, 1:], x, w, out, eight,
+                                   cb.active_table())
         assert ok.all()
         assert values.tolist() == [sum(_buffers(sig)) for sig in sigs]
     assert len({v for v in values.tolist()}) > 1000        # the cases are not all alike

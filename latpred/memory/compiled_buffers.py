@@ -7,8 +7,9 @@ signature tuple per configuration. tests/test_memory_compiled.py compares the tw
 signatures; scripts/memory_fast_check.py on every graph of its corpus.
 
 `Sizer` gathers those inputs from a planned batch for `flat.py`. Inputs per operator: `code`
-(`CODES`), `attrs` (`ATTRS`, from `attr_row`) and three dims rows
-(`DIMS`: rank, the first four dims, the product) for input 0, the weights and output 0. An
+(`CODES`), `attrs` (`ATTRS`, from `attr_row`), three dims rows
+(`DIMS`: rank, the first four dims, the product) for input 0, the weights and output 0, and
+whether the weights are 8-bit (XNNPACK's qs8 rules, `xnn_ops._qs8_packed`). An
 operator whose dims the Python rules would read out of range is reported not ok (the caller
 sizes it in Python, which raises where it raises).
 """
@@ -24,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from latpred.memory import xnnpack_operators as xnn_ops
-from latpred.memory.xnnpack_configs import F32Config, f32_config
+from latpred.memory.xnnpack_configs import F32Config, Qs8Config, f32_config, qs8_config
 
 CODES = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 2, "MAX_POOL_2D": 3,
          "AVERAGE_POOL_2D": 4}
@@ -32,18 +33,30 @@ ATTRS = ("groups", "depth_multiplier", "stride_h", "stride_w", "dilation_w", "fi
          "filter_w", "same_padding")
 DIMS = ("rank", "d0", "d1", "d2", "d3", "product")
 ALIGNMENT, POINTER = xnn_ops.ALIGNMENT, xnn_ops.POINTER
-assert xnn_ops.DW_TILES == (3, 4, 9, 25)
-DW_CHANNEL_TILE = xnn_ops.DW_CHANNEL_TILE
-FC, IGEMM, NR2 = 0, 1, 2        # rows of `config_table`
+assert xnn_ops.DW_TILES == (3, 4, 9, 25) and xnn_ops.QS8_DW_TILES == (3, 9, 25)
+DW_CHANNEL_TILE, QS8_EXTRA = xnn_ops.DW_CHANNEL_TILE, xnn_ops.QS8_EXTRA
+FC, IGEMM, NR2, QS8 = 0, 1, 2, 3        # rows of `config_table`
+
+
+def _mrs(mrs: tuple[int, ...]) -> tuple[int, int, int]:
+    # a shorter list repeats its last mr, which changes no choice of `xnn_ops.heuristic_mr`
+    # (ties go to the later)
+    return (mrs + (mrs[-1],) * 3)[:3]
 
 
 @lru_cache(maxsize=8)
-def config_table(cfg: F32Config) -> np.ndarray:
-    """The f32 configurations as the port reads them: one row per GemmConfig (fc, igemm,
-    nr2) of nr, k_round and three mrs (a shorter list repeats its last mr, which changes no
-    choice of `xnn_ops.heuristic_mr`: ties go to the later)."""
-    rows = [(g.nr, g.k_round, *(g.mrs + (g.mrs[-1],) * 3)[:3]) for g in cfg]
+def config_table(cfg: F32Config, qs8: Qs8Config) -> np.ndarray:
+    """The configurations as the port reads them: one row per f32 GemmConfig (fc, igemm, nr2)
+    of nr, k_round, three mrs and the depthwise channel tile, then the qs8 one (nr, kr, mrs,
+    channel tile: 8-bit weights)."""
+    rows = [(g.nr, g.k_round, *_mrs(g.mrs), DW_CHANNEL_TILE) for g in cfg]
+    rows.append((qs8.nr, qs8.kr, *_mrs(qs8.mrs), qs8.dw_channel_tile))
     return np.array(rows, np.int64)
+
+
+def active_table() -> np.ndarray:
+    """`config_table` of the CPU level in force (`xnnpack_configs.active_level`)."""
+    return config_table(f32_config(), qs8_config())
 
 
 def attr_row(op_type: str, attrs: tuple) -> tuple[int, ...] | None:
@@ -117,7 +130,17 @@ def _fc_packed(cin, cout, cfg):
 
 
 @njit(cache=True)
-def _dw_tile(kernel_size):
+def _qs8_fc_packed(cin, cout, q):
+    return _align((_align(cin, q[1]) + QS8_EXTRA) * _align(cout, q[0]), ALIGNMENT)
+
+
+@njit(cache=True)
+def _dw_tile(kernel_size, eight):
+    if eight:
+        for tile in (3, 9, 25):
+            if tile >= kernel_size:
+                return tile
+        return -1
     for tile in (3, 4, 9, 25):
         if tile >= kernel_size:
             return tile
@@ -125,27 +148,38 @@ def _dw_tile(kernel_size):
 
 
 @njit(cache=True)
-def _conv(code, a, w, out, cfg):
-    """(packed, indirection) of a CONV_2D (code 0) or DEPTHWISE_CONV_2D (1)."""
+def _conv(code, a, w, out, cfg, eight):
+    """(packed, indirection) of a CONV_2D (code 0) or DEPTHWISE_CONV_2D (1); `eight`: 8-bit
+    weights (`xnn_ops._qs8_packed`)."""
     groups_attr, multiplier, sh, sw, dw = a[0], a[1], a[2], a[3], a[4]
     if code == 0 and w[2] == 1 and w[3] == 1 and sh == 1 and sw == 1 and groups_attr == 1:
-        return _fc_packed(w[4], w[1], cfg), 0     # _runs_as_fc
+        if eight:                                  # _runs_as_fc
+            return _qs8_fc_packed(w[4], w[1], cfg[QS8]), 0
+        return _fc_packed(w[4], w[1], cfg), 0
     kh, kw = w[2], w[3]
     pixels = out[2] * out[3]
     if code == 1:
         ks, gin, gout, groups = kh * kw, 1, multiplier, w[4] // multiplier
     else:
         ks, gin, gout, groups = kh * kw, w[4], w[1] // groups_attr, groups_attr
-    tile = _dw_tile(ks) if gin == 1 and gout == 1 else -1
+    tile = _dw_tile(ks, eight) if gin == 1 and gout == 1 else -1
     if tile > 0:
-        packed = _align((tile * 4 + 4) * _align(groups, DW_CHANNEL_TILE), ALIGNMENT)
+        if eight:
+            packed = _align((tile + QS8_EXTRA) * _align(groups, cfg[QS8, 5]), ALIGNMENT)
+        else:
+            packed = _align((tile * 4 + 4) * _align(groups, cfg[FC, 5]), ALIGNMENT)
         oh, ow = out[2], out[3]
         step_w = sw if dw == 1 else kw
         step_h = ks + (ow - 1) * step_w * kh
         return packed, _align((tile - ks + oh * step_h) * POINTER, ALIGNMENT)
-    g = cfg[NR2] if gout < cfg[IGEMM, 0] else cfg[IGEMM]
-    packed = _align((ks * _align(gin, g[1]) * 4 + 4) * _align(gout, g[0]) * groups, ALIGNMENT)
-    return packed, ks * _align(pixels, _heuristic_mr(pixels, g)) * POINTER
+    if eight:
+        g = cfg[QS8]
+        per_group = (ks * _align(gin, g[1]) + QS8_EXTRA) * _align(gout, g[0])
+    else:
+        g = cfg[NR2] if gout < cfg[IGEMM, 0] else cfg[IGEMM]
+        per_group = (ks * _align(gin, g[1]) * 4 + 4) * _align(gout, g[0])
+    return _align(per_group * groups, ALIGNMENT), \
+        ks * _align(pixels, _heuristic_mr(pixels, g)) * POINTER
 
 
 @njit(cache=True)
@@ -168,9 +202,10 @@ def _pool(code, a, x, out):
 
 
 @njit(cache=True)
-def op_buffers(code, attrs, x, w, out, cfg):
+def op_buffers(code, attrs, x, w, out, eight, cfg):
     """Per operator: packed weights + indirection bytes, and whether the port sized it (False
-    where the Python rules would index a dim that is not there); `cfg`: `config_table`."""
+    where the Python rules would index a dim that is not there); `eight`: per operator,
+    whether its weights are 8-bit (`OpSignature.eight_bit`); `cfg`: `config_table`."""
     n = len(code)
     values = np.zeros(n, np.int64)
     ok = np.ones(n, np.bool_)
@@ -180,13 +215,15 @@ def op_buffers(code, attrs, x, w, out, cfg):
             if w[i, 0] != 4 or out[i, 0] < 3:
                 ok[i] = False
                 continue
-            packed, indirection = _conv(c, attrs[i], w[i], out[i], cfg)
+            packed, indirection = _conv(c, attrs[i], w[i], out[i], cfg, eight[i])
             values[i] = packed + indirection
         elif c == 2:
             if w[i, 0] < 1:
                 ok[i] = False
                 continue
-            values[i] = _fc_packed(w[i, 5] // max(w[i, 1], 1), w[i, 1], cfg)
+            cin = w[i, 5] // max(w[i, 1], 1)
+            values[i] = _qs8_fc_packed(cin, w[i, 1], cfg[QS8]) if eight[i] else \
+                _fc_packed(cin, w[i, 1], cfg)
         else:
             if out[i, 0] < 3 or x[i, 0] < 2 or attrs[i, 2] == 0:
                 ok[i] = False
@@ -221,15 +258,14 @@ class Sizer:
         w = _at(p.ins, p.in_ptr[reps] + 1, n_in > 1)
         o = _at(p.outs, p.out_ptr[reps], n_out > 0)
         odd |= o < 0
-        # 8-bit weights take the qs8 rules, which only the Python sizes know
-        odd |= (w >= 0) & p.tensors.eight_bit[np.where(w >= 0, w + base, 0)]
+        eight = (w >= 0) & p.tensors.eight_bit[np.where(w >= 0, w + base, 0)]
         local = np.stack((x, w, o))
         dims = np.zeros(local.shape + (len(DIMS),), np.int64)
         present = local >= 0
         if present.any():
             dims[present] = self.dims((local + base)[present])
-        values, ok = op_buffers(table[:, 0], table[:, 1:], dims[0], dims[1], dims[2],
-                                config_table(f32_config()))
+        values, ok = op_buffers(table[:, 0], table[:, 1:], dims[0], dims[1], dims[2], eight,
+                                active_table())
         for k in np.flatnonzero(odd | ~ok).tolist():
             values[k] = self.python(int(reps[k]))
         return values

@@ -281,3 +281,44 @@ def test_compiled_sizer_is_the_python_per_op_sizes():
                 for j, c in enumerate(chosen.tolist())]
     assert sized.tolist() == expected and sum(expected) > 0
     assert not python_calls
+
+
+def test_compiled_twin_decision_is_float_twins():
+    # per float graph: kept as it is, a twin with requantizing QUANTIZE ops, or its layout
+    # (an fp32 island, a float constant in a same-scale group), as quantize.float_twin says;
+    # the twins are float_twin's own
+    from latpred.graph import Graph, Op, Tensor
+    from latpred.memory import flat
+    from latpred.sampler import build_graph, sample
+    from latpred.builder import GraphBuilder
+    from latpred.tflite.quantize import float_twin, is_float_graph
+
+    graphs = [g for g in _graphs(30) if is_float_graph(g)]
+    graphs += [build_graph(a) for a in sample(ROOT / "search_space" / "synthetic_cnn.yaml",
+                                              200, 4)]
+    b = GraphBuilder("conflict")
+    y = b.conv2d(b.input((1, 8, 8, 4)), 8, 1)
+    b.output(b.concat([b.tanh(y), b.sigmoid(y)], axis=-1))
+    b2 = GraphBuilder("constant in a group")
+    x = b2.input((1, 4, 4, 8))
+    b2.output(b2.concat([b2.sigmoid(x), b2.constant((1, 4, 4, 8))],
+                        axis=-1))
+    t = (Tensor("x", (1, 8)), Tensor("e", (1, 8)), Tensor("y", (1, 8)))
+    exp = Graph(t, (Op.make("EXP", (0,), (1,)), Op.make("RELU", (1,), (2,))), (0,), (2,), "exp")
+    graphs += [b.build(), b2.build(), exp]
+    retype, instead = flat.classify(graphs)
+    assert retype.all()
+    kinds = {"same": 0, "twin": 0, "layout": 0}
+    for g, graph in enumerate(graphs):
+        twin = float_twin(graph)
+        if twin is graph:
+            assert g not in instead
+            kinds["same"] += 1
+        elif twin is None:
+            assert g in instead and instead[g] is None
+            kinds["layout"] += 1
+        else:
+            assert [(o.type, o.inputs, o.outputs) for o in instead[g].ops] == \
+                [(o.type, o.inputs, o.outputs) for o in twin.ops]
+            kinds["twin"] += 1
+    assert min(kinds.values()) >= 3, kinds

@@ -179,6 +179,7 @@ class Wiring:
     they cost ~2.4x: 38 vs 16 us a graph) or for all graphs at once (`walk`)."""
 
     def __init__(self) -> None:
+        self._arrays: tuple[np.ndarray, ...] | None = None
         self.ops: list = []
         self.types: list[str] = []
         self.n_in: list[int] = []
@@ -204,6 +205,14 @@ class Wiring:
         for graph in graphs:
             self.collect(graph)
         return self
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(in_ptr, ins, out_ptr, outs): the inputs and outputs as CSR arrays, made once."""
+        if self._arrays is None:
+            in_ptr, out_ptr = (_ptr(n) for n in (self.n_in, self.n_out))
+            ins, outs = (np.array(t, np.int64) for t in (self.ins, self.outs))
+            self._arrays = (in_ptr, ins, out_ptr, outs)
+        return self._arrays
 
 
 class Planned(NamedTuple):
@@ -236,8 +245,7 @@ def plan(graphs: Sequence[Graph], tensors: Tensors, wiring: Wiring | None = None
     for op_type in set(wiring.types).difference(_FLAGS):
         type_flags(op_type)
     flags = np.fromiter(map(_FLAGS.__getitem__, wiring.types), np.int64, len(wiring.ops))
-    in_ptr, out_ptr = (_ptr(n) for n in (wiring.n_in, wiring.n_out))
-    ins, outs = (np.array(t, np.int64) for t in (wiring.ins, wiring.outs))
+    in_ptr, ins, out_ptr, outs = wiring.arrays()
     gin_ptr, gin = _csr(list(map(_INPUTS, graphs)))
     gout_ptr, gout = _csr(list(map(_OUTPUTS, graphs)))
     attr_ok, clamp, noact = _op_attrs(wiring.ops, flags, op_kind)
@@ -261,7 +269,9 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     tensors, key_ids = batch_tensors(graphs, batch)
     g_ops = op_offsets(graphs)
     op_cfg = _op_configs(kernels, batch, g_ops)
-    retype, instead = flat_int8.classify(graphs, _float_graphs(batch, key_ids, tensors.g_tens)) \
+    wiring = wiring or Wiring().walk(graphs)
+    retype, instead = classify(graphs, wiring, tensors, g_ops,
+                               _float_graphs(batch, key_ids, tensors.g_tens)) \
         if int8 else (None, {})
     planned = plan(graphs, tensors, wiring, np.where(op_cfg >= 0, batch.config_kind[op_cfg], -1),
                    g_ops, retype)
@@ -297,14 +307,33 @@ def graph_totals(graphs: Sequence[Graph], int8: bool = False) -> np.ndarray:
     operator buffers are looked up per op by signature, as `xnnpack_operators` does; reading
     every op's tensor dims for the compiled sizes costs more here than the look-ups; `int8`:
     as `xnnpack_totals`)."""
-    retype, instead = flat_int8.classify(graphs) if int8 else (None, {})
-    return _replaced(_graph_totals(graphs, retype, instead), graphs, instead)
+    wiring, tensors = Wiring().walk(graphs), graph_tensors(graphs)
+    retype, instead = classify(graphs, wiring, tensors) if int8 else (None, {})
+    return _replaced(_graph_totals(graphs, retype, instead, wiring=wiring, tensors=tensors),
+                     graphs, instead)
+
+
+def classify(graphs: Sequence[Graph], wiring: Wiring | None = None,
+             tensors: Tensors | None = None, g_ops: np.ndarray | None = None,
+             is_float: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, Graph | None]]:
+    """`flat_int8.classify` over the graphs' flat arrays (walked here where not given;
+    `is_float`: per graph `quantize.is_float_graph`)."""
+    from latpred.tflite.quantize import is_float_graph
+
+    wiring = wiring or Wiring().walk(graphs)
+    tensors = graph_tensors(graphs) if tensors is None else tensors
+    g_ops = op_offsets(graphs) if g_ops is None else g_ops
+    if is_float is None:
+        is_float = np.fromiter(map(is_float_graph, graphs), np.bool_, len(graphs))
+    return flat_int8.classify(graphs, is_float, g_ops, tensors, wiring.types, *wiring.arrays())
 
 
 def _graph_totals(graphs: Sequence[Graph], retype: np.ndarray | None,
                   instead: dict[int, Graph | None],
-                  layout_of: Callable[[int], Graph] | None = None) -> np.ndarray:
-    planned = plan(graphs, graph_tensors(graphs), retype=retype)
+                  layout_of: Callable[[int], Graph] | None = None,
+                  wiring: Wiring | None = None, tensors: Tensors | None = None) -> np.ndarray:
+    tensors = graph_tensors(graphs) if tensors is None else tensors
+    planned = plan(graphs, tensors, wiring, retype=retype)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops)).tolist()
 
     def op_buffers(j: int) -> int:

@@ -28,27 +28,40 @@ import numpy as np
 
 from latpred.deduce.xnnpack_int8 import declined, op_declines
 from latpred.graph import Graph
+from latpred.memory import compiled_twin as ct
 from latpred.memory.compiled_graph import OP_CONV
-from latpred.tflite.quantize import float_twin, is_float_graph
+from latpred.tflite.quantize import float_twin
 
 
-def classify(graphs: Sequence[Graph], is_float: np.ndarray | None = None
-             ) -> tuple[np.ndarray, dict[int, Graph | None]]:
-    """For an int8 target: the float graphs, whose tensors are retyped (`as_int8`), and among
-    them those whose int8 model adds ops, each with what to plan instead: its float twin with
-    the requantizing QUANTIZE ops (`quantize.float_twin`, retyped too), or None where only
-    its int8 layout will do. The rest (already 8-bit) are planned as they are. Every float
-    graph of a batch is retyped, those too: the batch sizes an operator once per
-    configuration, so all of a configuration's ops must have the same types. `is_float`: per
-    graph, `quantize.is_float_graph` where the caller knows it."""
-    retype = np.zeros(len(graphs), np.bool_)
-    instead: dict[int, Graph | None] = {}
-    for g, graph in enumerate(graphs):
-        if is_float[g] if is_float is not None else is_float_graph(graph):
-            retype[g] = True
-            twin = float_twin(graph)
-            if twin is not graph:
-                instead[g] = twin
+def classify(graphs: Sequence[Graph], is_float: np.ndarray, g_ops: np.ndarray, tensors: Any,
+             types: list[str], in_ptr: np.ndarray, ins: np.ndarray, out_ptr: np.ndarray,
+             outs: np.ndarray) -> tuple[np.ndarray, dict[int, Graph | None]]:
+    """For an int8 target: the float graphs (`is_float`: per graph,
+    `quantize.is_float_graph`), whose tensors are retyped (`as_int8`), and among them those
+    whose int8 model adds ops, each with what to plan instead: its float twin with the
+    requantizing QUANTIZE ops (`quantize.float_twin`, retyped too), or None where only its
+    int8 layout will do. `float_twin`'s decision is taken for all graphs at once over the flat
+    arrays (`compiled_twin`); only the twins are built in Python. The rest (already 8-bit)
+    are planned as they are. Every float graph of a batch is retyped, those too: the batch
+    sizes an operator once per configuration, so all of a configuration's ops must have the
+    same types."""
+    retype = np.asarray(is_float, np.bool_).copy()
+    floats = np.flatnonzero(retype)
+    if not len(floats):
+        return retype, {}
+    for op_type in set(types).difference(ct._CODES):
+        ct.type_code(op_type)
+    code = np.fromiter(map(ct._CODES.__getitem__, types), np.int64, len(types))
+    # float graphs hold float32, int32, int64 and bool: float32 is a data type XNNPACK takes
+    # that is not 8-bit
+    f32 = tensors.dtype_ok & ~tensors.eight_bit
+    kinds = ct.twin_kinds(floats, g_ops, tensors.g_tens, code, in_ptr, ins, out_ptr, outs, f32,
+                          tensors.const)
+    instead: dict[int, Graph | None] = dict.fromkeys(floats[kinds == ct.LAYOUT].tolist())
+    for g in floats[kinds == ct.TWIN].tolist():
+        twin = float_twin(graphs[g])
+        if twin is not graphs[g]:
+            instead[g] = twin
     return retype, instead
 
 

@@ -1,0 +1,139 @@
+"""`quantize.float_twin`'s decision for a whole batch, compiled (numba) over flat arrays.
+
+For a float graph on an int8 target, `flat_int8.classify` needs to know whether its int8
+model (`quantize.int8_layout`) keeps its ops and tensors (`SAME`: planned retyped), adds
+requantizing QUANTIZE ops (`TWIN`: `float_twin` then builds that twin in Python), or wraps
+an fp32 island or holds a float constant in a same-scale group (`LAYOUT`: only the layout
+will do). `twin_kinds` answers by `float_twin`'s own rules, loop for loop (the union-find of
+`quantize._same_scale_groups` included), so Python builds a twin only where there is one.
+tests/test_memory_compiled.py compares it with `float_twin` on every space's candidates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from latpred.tflite.quantize import FIXED, INT8_KERNELS, SAME_SCALE
+
+SAME, TWIN, LAYOUT = 0, 1, 2
+# Per op type, one int: the category (bits 0-1: 0 another int8 kernel, 1 same-scale, 2 fixed
+# parameters, 3 no int8 kernel), which inputs carry data (bits 2-3, `quantize._data_inputs`:
+# 0 input 0, 1 all, 2 input 1, 3 inputs 0 and 2) and the fixed parameters' number (bits 4+).
+_OTHER, _SAME_SCALE, _FIXED, _NO_KERNEL = 0, 1, 2, 3
+_PARAMS = sorted(set(FIXED.values()))
+_CODES: dict[str, int] = {}
+
+
+def type_code(op_type: str) -> int:
+    code = _CODES.get(op_type)
+    if code is None:
+        rule = {"CONCATENATION": 1, "MAXIMUM": 1, "MINIMUM": 1, "SPLIT": 2, "PADV2": 3}
+        category = (_NO_KERNEL if op_type not in INT8_KERNELS else _SAME_SCALE
+                    if op_type in SAME_SCALE else _FIXED if op_type in FIXED else _OTHER)
+        param = _PARAMS.index(FIXED[op_type]) if op_type in FIXED else 0
+        code = _CODES[op_type] = category | rule.get(op_type, 0) << 2 | param << 4
+    return code
+
+
+@njit(cache=True)
+def _data(code, a, b, ins, k):
+    """Input k of the op's data inputs (inputs a..b-1), or -2 past the last."""
+    rule = (code >> 2) & 3
+    if rule == 1:
+        return ins[a + k] if a + k < b else -2
+    if rule == 2:
+        return ins[a + 1] if k == 0 and b - a > 1 else -2
+    if rule == 3:
+        if k == 0:
+            return ins[a] if b > a else -2
+        return ins[a + 2] if k == 1 and b - a > 2 else -2
+    return ins[a] if k == 0 and b > a else -2
+
+
+@njit(cache=True)
+def _find(parent, t):
+    root = t
+    while parent[root] != root:
+        root = parent[root]
+    parent[t] = root
+    return root
+
+
+@njit(cache=True)
+def _one_graph(o0, o1, n_t, t0, code, in_ptr, ins, out_ptr, outs, f32, const):
+    read_same = np.zeros(n_t, np.bool_)
+    fixed = np.full(n_t, -1, np.int64)        # the fixed parameters an op's output gets
+    params = 0
+    for j in range(o0, o1):
+        c, a, b = code[j], in_ptr[j], in_ptr[j + 1]
+        category = c & 3
+        if category == _NO_KERNEL:
+            return LAYOUT
+        if category == _SAME_SCALE:
+            k = 0
+            t = _data(c, a, b, ins, 0)
+            while t != -2:
+                if t >= 0:
+                    if const[t0 + t] and f32[t0 + t]:
+                        return LAYOUT
+                    read_same[t] = True
+                k += 1
+                t = _data(c, a, b, ins, k)
+        elif category == _FIXED:
+            params |= 1 << (c >> 4)
+            for q in range(out_ptr[j], out_ptr[j + 1]):
+                if outs[q] >= 0:
+                    fixed[outs[q]] = c >> 4      # the last writer's, as in Python
+    if params & (params - 1) == 0:               # fewer than two fixed parameters
+        return SAME
+    meets = False
+    for t in range(n_t):
+        meets = meets or (fixed[t] >= 0 and read_same[t])
+    if not meets:
+        return SAME
+    parent = np.arange(n_t)
+    for j in range(o0, o1):                      # quantize._same_scale_groups
+        c, a, b = code[j], in_ptr[j], in_ptr[j + 1]
+        if c & 3 != _SAME_SCALE:
+            continue
+        first, k = -1, 0
+        t = _data(c, a, b, ins, 0)
+        while True:
+            if t == -2:                          # then the outputs
+                break
+            if t >= 0 and f32[t0 + t]:
+                if first < 0:
+                    first = t
+                else:
+                    parent[_find(parent, t)] = _find(parent, first)
+            k += 1
+            t = _data(c, a, b, ins, k)
+        for q in range(out_ptr[j], out_ptr[j + 1]):
+            t = outs[q]
+            if t >= 0 and f32[t0 + t]:
+                if first < 0:
+                    first = t
+                else:
+                    parent[_find(parent, t)] = _find(parent, first)
+    pinned = np.full(n_t, -1, np.int64)
+    for t in range(n_t):
+        if fixed[t] >= 0:
+            root = _find(parent, t)
+            if pinned[root] < 0:
+                pinned[root] = fixed[t]
+            elif pinned[root] != fixed[t]:
+                return TWIN
+    return SAME
+
+
+@njit(cache=True)
+def twin_kinds(graphs, g_ops, g_tens, code, in_ptr, ins, out_ptr, outs, f32, const):
+    """Per graph of `graphs` (indices): SAME, TWIN or LAYOUT (`code`: per op `type_code`;
+    `f32`, `const`: per tensor of all graphs in a row, float32 and stored in the model)."""
+    out = np.empty(len(graphs), np.int64)
+    for i in range(len(graphs)):
+        g = graphs[i]
+        out[i] = _one_graph(g_ops[g], g_ops[g + 1], g_tens[g + 1] - g_tens[g], g_tens[g], code,
+                            in_ptr, ins, out_ptr, outs, f32, const)
+    return out

@@ -270,11 +270,15 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     g_ops = op_offsets(graphs)
     op_cfg = _op_configs(kernels, batch, g_ops)
     wiring = wiring or Wiring().walk(graphs)
-    retype, instead = classify(graphs, wiring, tensors, g_ops,
-                               _float_graphs(batch, key_ids, tensors.g_tens)) \
-        if int8 else (None, {})
-    planned = plan(graphs, tensors, wiring, np.where(op_cfg >= 0, batch.config_kind[op_cfg], -1),
-                   g_ops, retype)
+    retype, instead, graphs_in = None, {}, graphs
+    if int8:
+        retype, instead = classify(graphs, wiring, tensors, g_ops,
+                                   _float_graphs(batch, key_ids, tensors.g_tens))
+        # the float twins take their graphs' places (flat_int8.with_twins)
+        graphs_in, wiring, tensors, key_ids, op_cfg, g_ops, instead = flat_int8.with_twins(
+            graphs, instead, wiring, tensors, key_ids, op_cfg, g_ops)
+    planned = plan(graphs_in, tensors, wiring,
+                   np.where(op_cfg >= 0, batch.config_kind[op_cfg], -1), g_ops, retype)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
     keys = batch.tensor_keys
     shapes = _Shapes(keys, key_ids, tensors.g_tens, graph_of)

@@ -30,6 +30,7 @@ from latpred.deduce.xnnpack_int8 import declined, op_declines
 from latpred.graph import Graph
 from latpred.memory import compiled_twin as ct
 from latpred.memory.compiled_graph import OP_CONV
+from latpred.memory.xnnpack_partition import _DATA_DTYPES, EIGHT_BIT_TYPES
 from latpred.tflite.quantize import float_twin
 
 
@@ -187,4 +188,80 @@ def eight_bit_weights(planned: Any) -> np.ndarray:
     w[two] = planned.ins[planned.in_ptr[:-1][two] + 1]
     has = w >= 0
     out[has] = t.eight_bit[w[has] + t.g_tens[_graph_of(planned.g_ops)[has]]]
+    return out
+
+
+def with_twins(graphs: Sequence[Graph], instead: dict[int, Graph | None], wiring: Any,
+               tensors: Any, key_ids: np.ndarray, op_cfg: np.ndarray, g_ops: np.ndarray
+               ) -> tuple[list[Graph], Any, Any, np.ndarray, np.ndarray, np.ndarray,
+                          dict[int, Graph | None]]:
+    """The batch's flat arrays with each float twin of `instead` (`classify`) in its graph's
+    place, so that the twins are planned in the batch's one compiled call: its ops (the
+    graph's, each with its configuration, and the QUANTIZE ops it adds, with none), its tensors
+    (the graph's, then the new int8 ones, each given its source's interned id: the same
+    shape). Returns the graphs, wiring, tensors, interned ids, configurations and op offsets,
+    and what is left of `instead` (the layouts)."""
+    twins = sorted(g for g, twin in instead.items() if twin is not None)
+    if not twins:
+        return list(graphs), wiring, tensors, key_ids, op_cfg, g_ops, instead
+    instead = dict(instead)
+    in_ptr, ins, out_ptr, outs = wiring.arrays()
+    g_tens = tensors.g_tens
+    flat = (tensors.size, tensors.const, tensors.dtype_ok, tensors.eight_bit, key_ids)
+    per_op: list[list] = [[] for _ in range(5)]         # n_in, ins, n_out, outs, configs
+    per_tensor: list[list] = [[] for _ in range(5)]     # the `flat` arrays
+    ops, types, planned = [], [], list(graphs)
+
+    def keep(g0: int, g1: int) -> None:                  # graphs g0..g1-1 as they are
+        o0, o1, t0, t1 = g_ops[g0], g_ops[g1], g_tens[g0], g_tens[g1]
+        ops.extend(wiring.ops[o0:o1])
+        types.extend(wiring.types[o0:o1])
+        for out, values in zip(per_op, (np.diff(in_ptr[o0:o1 + 1]), ins[in_ptr[o0]:in_ptr[o1]],
+                                        np.diff(out_ptr[o0:o1 + 1]),
+                                        outs[out_ptr[o0]:out_ptr[o1]], op_cfg[o0:o1])):
+            out.append(values)
+        for out, values in zip(per_tensor, flat):
+            out.append(values[t0:t1])
+
+    start = 0
+    for g in twins:
+        keep(start, g)
+        start = g + 1
+        twin = planned[g] = instead.pop(g)
+        n_t, t0 = g_tens[g + 1] - g_tens[g], g_tens[g]
+        w = type(wiring)().walk([twin])
+        ops.extend(w.ops)
+        types.extend(w.types)
+        source = {op.outputs[0]: op.inputs[0] for op in twin.ops
+                  if op.type == "QUANTIZE" and op.outputs[0] >= n_t}
+        cfg = np.full(len(twin.ops), -1, np.int64)
+        cfg[[not (op.type == "QUANTIZE" and op.outputs[0] >= n_t) for op in twin.ops]] = \
+            op_cfg[g_ops[g]:g_ops[g + 1]]
+        for out, values in zip(per_op, (w.n_in, w.ins, w.n_out, w.outs, cfg)):
+            out.append(np.asarray(values, np.int64))
+        added = twin.tensors[n_t:]
+        new = ([t.nbytes for t in added], [False] * len(added),
+               [t.dtype in _DATA_DTYPES for t in added],
+               [t.dtype in EIGHT_BIT_TYPES for t in added],
+               [key_ids[t0 + source[n_t + k]] for k in range(len(added))])
+        for out, values, old in zip(per_tensor, new, flat):
+            out.append(old[t0:g_tens[g + 1]])
+            out.append(np.asarray(values, old.dtype))
+    keep(start, len(graphs))
+    n_in, ins2, n_out, outs2, cfg = (np.concatenate(p) for p in per_op)
+    size, const, dtype_ok, eight, ids = (np.concatenate(p) for p in per_tensor)
+    spliced = type(wiring)()
+    spliced.ops, spliced.types = ops, types
+    spliced._arrays = (_offsets(n_in), ins2, _offsets(n_out), outs2)
+    ops_per_graph = np.diff(g_ops)
+    tens_per_graph = np.diff(g_tens)
+    for g in twins:
+        ops_per_graph[g], tens_per_graph[g] = len(planned[g].ops), len(planned[g].tensors)
+    spliced_tensors = type(tensors)(size, const, dtype_ok, _offsets(tens_per_graph), eight)
+    return planned, spliced, spliced_tensors, ids, cfg, _offsets(ops_per_graph), instead
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
     return out

@@ -320,5 +320,6 @@ def test_compiled_twin_decision_is_float_twins():
         else:
             assert [(o.type, o.inputs, o.outputs) for o in instead[g].ops] == \
                 [(o.type, o.inputs, o.outputs) for o in twin.ops]
+            assert instead[g].tensors == twin.tensors
             kinds["twin"] += 1
     assert min(kinds.values()) >= 3, kinds

@@ -61,7 +61,9 @@ def _find(parent, t):
 
 
 @njit(cache=True)
-def _one_graph(o0, o1, n_t, t0, code, in_ptr, ins, out_ptr, outs, f32, const):
+def _one_graph(o0, o1, n_t, t0, code, in_ptr, ins, out_ptr, outs, f32, const, requant):
+    """(SAME, TWIN or LAYOUT, n): for a TWIN, requant[:n] gets the tensors `float_twin`
+    requantizes, in its order."""
     read_same = np.zeros(n_t, np.bool_)
     fixed = np.full(n_t, -1, np.int64)        # the fixed parameters an op's output gets
     params = 0
@@ -69,14 +71,14 @@ def _one_graph(o0, o1, n_t, t0, code, in_ptr, ins, out_ptr, outs, f32, const):
         c, a, b = code[j], in_ptr[j], in_ptr[j + 1]
         category = c & 3
         if category == _NO_KERNEL:
-            return LAYOUT
+            return LAYOUT, 0
         if category == _SAME_SCALE:
             k = 0
             t = _data(c, a, b, ins, 0)
             while t != -2:
                 if t >= 0:
                     if const[t0 + t] and f32[t0 + t]:
-                        return LAYOUT
+                        return LAYOUT, 0
                     read_same[t] = True
                 k += 1
                 t = _data(c, a, b, ins, k)
@@ -86,12 +88,12 @@ def _one_graph(o0, o1, n_t, t0, code, in_ptr, ins, out_ptr, outs, f32, const):
                 if outs[q] >= 0:
                     fixed[outs[q]] = c >> 4      # the last writer's, as in Python
     if params & (params - 1) == 0:               # fewer than two fixed parameters
-        return SAME
+        return SAME, 0
     meets = False
     for t in range(n_t):
         meets = meets or (fixed[t] >= 0 and read_same[t])
     if not meets:
-        return SAME
+        return SAME, 0
     parent = np.arange(n_t)
     for j in range(o0, o1):                      # quantize._same_scale_groups
         c, a, b = code[j], in_ptr[j], in_ptr[j + 1]
@@ -117,23 +119,54 @@ def _one_graph(o0, o1, n_t, t0, code, in_ptr, ins, out_ptr, outs, f32, const):
                 else:
                     parent[_find(parent, t)] = _find(parent, first)
     pinned = np.full(n_t, -1, np.int64)
+    twin = False
     for t in range(n_t):
         if fixed[t] >= 0:
             root = _find(parent, t)
             if pinned[root] < 0:
                 pinned[root] = fixed[t]
             elif pinned[root] != fixed[t]:
-                return TWIN
-    return SAME
+                twin = True
+    if not twin:
+        return SAME, 0
+    # float_twin's requantized tensors: per group (float32 activations), in the order of its
+    # first member, the fixed members whose parameters differ from the first fixed member's
+    first = np.full(n_t, -1, np.int64)       # per root: its first member
+    pinned[:] = -1
+    n = 0
+    for t in range(n_t):
+        if f32[t0 + t] and not const[t0 + t]:
+            root = _find(parent, t)
+            if first[root] < 0:
+                first[root] = t
+            if fixed[t] >= 0:
+                if pinned[root] < 0:
+                    pinned[root] = fixed[t]
+                elif pinned[root] != fixed[t]:
+                    requant[n] = t
+                    n += 1
+    if n == 0:                               # the conflicts are not float32 activations
+        return SAME, 0
+    # stable: by the group's first member, then by index
+    key = np.empty(n, np.int64)
+    for k in range(n):
+        key[k] = first[_find(parent, requant[k])] * n_t + requant[k]
+    requant[:n] = requant[:n][np.argsort(key)]
+    return TWIN, n
 
 
 @njit(cache=True)
 def twin_kinds(graphs, g_ops, g_tens, code, in_ptr, ins, out_ptr, outs, f32, const):
     """Per graph of `graphs` (indices): SAME, TWIN or LAYOUT (`code`: per op `type_code`;
-    `f32`, `const`: per tensor of all graphs in a row, float32 and stored in the model)."""
+    `f32`, `const`: per tensor of all graphs in a row, float32 and stored in the model), and
+    per graph the tensors its twin requantizes (CSR: offsets, graph-local indices)."""
     out = np.empty(len(graphs), np.int64)
+    ptr = np.zeros(len(graphs) + 1, np.int64)
+    found = np.empty(len(const), np.int64)
     for i in range(len(graphs)):
         g = graphs[i]
-        out[i] = _one_graph(g_ops[g], g_ops[g + 1], g_tens[g + 1] - g_tens[g], g_tens[g], code,
-                            in_ptr, ins, out_ptr, outs, f32, const)
-    return out
+        t0 = g_tens[g]
+        out[i], n = _one_graph(g_ops[g], g_ops[g + 1], g_tens[g + 1] - t0, t0, code, in_ptr,
+                               ins, out_ptr, outs, f32, const, found[ptr[i]:])
+        ptr[i + 1] = ptr[i] + n
+    return out, ptr, found[:ptr[-1]]

@@ -31,7 +31,7 @@ from latpred.graph import Graph
 from latpred.memory import compiled_twin as ct
 from latpred.memory.compiled_graph import OP_CONV
 from latpred.memory.xnnpack_partition import _DATA_DTYPES, EIGHT_BIT_TYPES
-from latpred.tflite.quantize import float_twin
+from latpred.tflite.quantize import requantized
 
 
 def classify(graphs: Sequence[Graph], is_float: np.ndarray, g_ops: np.ndarray, tensors: Any,
@@ -56,13 +56,12 @@ def classify(graphs: Sequence[Graph], is_float: np.ndarray, g_ops: np.ndarray, t
     # float graphs hold float32, int32, int64 and bool: float32 is a data type XNNPACK takes
     # that is not 8-bit
     f32 = tensors.dtype_ok & ~tensors.eight_bit
-    kinds = ct.twin_kinds(floats, g_ops, tensors.g_tens, code, in_ptr, ins, out_ptr, outs, f32,
-                          tensors.const)
+    kinds, ptr, requant = ct.twin_kinds(floats, g_ops, tensors.g_tens, code, in_ptr, ins,
+                                        out_ptr, outs, f32, tensors.const)
     instead: dict[int, Graph | None] = dict.fromkeys(floats[kinds == ct.LAYOUT].tolist())
-    for g in floats[kinds == ct.TWIN].tolist():
-        twin = float_twin(graphs[g])
-        if twin is not graphs[g]:
-            instead[g] = twin
+    for i in np.flatnonzero(kinds == ct.TWIN).tolist():
+        g = int(floats[i])
+        instead[g] = requantized(graphs[g], requant[ptr[i]:ptr[i + 1]].tolist())
     return retype, instead
 
 

@@ -256,15 +256,19 @@ def float_twin(graph: Graph) -> Graph | None:
     for t, x in enumerate(tensors):
         if x.dtype == "float32" and not x.is_constant:
             members_of.setdefault(groups.find(t), []).append(t)
-    requant: dict[int, Quantization] = {}
+    requant: list[int] = []
     for members in members_of.values():
         pinned = [fixed[t] for t in members if t in fixed]
-        requant.update((t, _PLACEHOLDER) for t in members
-                       if t in fixed and fixed[t] != pinned[0])
-    if not requant:
-        return graph
-    new_tensors = list(tensors)
-    ops = _requantize(list(graph.ops), new_tensors, requant)
+        requant += [t for t in members if t in fixed and fixed[t] != pinned[0]]
+    return requantized(graph, requant) if requant else graph
+
+
+def requantized(graph: Graph, requant: list[int]) -> Graph:
+    """`graph` with tensors `requant` requantized (`_requantize`, in this order) into the
+    layout's placeholder parameters: `float_twin`'s twin (`latpred.memory.compiled_twin`
+    finds the same tensors)."""
+    new_tensors = list(graph.tensors)
+    ops = _requantize(list(graph.ops), new_tensors, dict.fromkeys(requant, _PLACEHOLDER))
     return Graph(tuple(new_tensors), tuple(ops), graph.inputs, graph.outputs, graph.name)
 
 

@@ -390,10 +390,9 @@ def test_float_graph_on_an_int8_target_is_planned_as_its_int8_model(tmp_path):
 
     for space, n in (("synthetic_cnn", 40), ("converter_small", 6), ("regnet_cnn", 6)):
         graphs += [build_graph(a) for a in sample(ROOT / "search_space" / f"{space}.yaml", n, 8)]
-    retype, instead = classify(graphs)
-    twins = sum(twin is not None for twin in instead.values())
-    assert retype.all() and twins >= 2 and len(instead) - twins >= 2
-    assert len(instead) < len(graphs) / 2
+    kinds = classify(graphs)
+    assert kinds.retype.all() and len(kinds.twins) >= 2 and len(kinds.layouts) >= 2
+    assert len(kinds.twins) + len(kinds.layouts) < len(graphs) / 2
     totals = memory_totals(graphs, int8).tolist()
     assert totals == [predict_memory(g, int8).total for g in graphs]
     model = LatencyModel.fit(simulate(tmp_path / "sim", int8, n_models=12).root, int8,

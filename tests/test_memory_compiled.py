@@ -288,9 +288,9 @@ def test_compiled_twin_decision_is_float_twins():
     # (an fp32 island, a float constant in a same-scale group), as quantize.float_twin says;
     # the twins are float_twin's own
     from latpred.graph import Graph, Op, Tensor
-    from latpred.memory import flat
-    from latpred.sampler import build_graph, sample
     from latpred.builder import GraphBuilder
+    from latpred.memory import flat, flat_int8
+    from latpred.sampler import build_graph, sample
     from latpred.tflite.quantize import float_twin, is_float_graph
 
     graphs = [g for g in _graphs(30) if is_float_graph(g)]
@@ -306,20 +306,38 @@ def test_compiled_twin_decision_is_float_twins():
     t = (Tensor("x", (1, 8)), Tensor("e", (1, 8)), Tensor("y", (1, 8)))
     exp = Graph(t, (Op.make("EXP", (0,), (1,)), Op.make("RELU", (1,), (2,))), (0,), (2,), "exp")
     graphs += [b.build(), b2.build(), exp]
-    retype, instead = flat.classify(graphs)
-    assert retype.all()
+    found = flat.classify(graphs)
+    assert found.retype.all()
+    twins = found.twins.tolist()
     kinds = {"same": 0, "twin": 0, "layout": 0}
     for g, graph in enumerate(graphs):
         twin = float_twin(graph)
         if twin is graph:
-            assert g not in instead
+            assert g not in twins and g not in found.layouts
             kinds["same"] += 1
         elif twin is None:
-            assert g in instead and instead[g] is None
+            assert g in found.layouts and g not in twins
             kinds["layout"] += 1
         else:
-            assert [(o.type, o.inputs, o.outputs) for o in instead[g].ops] == \
+            mine = found.twin(graphs, twins.index(g))
+            assert [(o.type, o.inputs, o.outputs) for o in mine.ops] == \
                 [(o.type, o.inputs, o.outputs) for o in twin.ops]
-            assert instead[g].tensors == twin.tensors
+            assert mine.tensors == twin.tensors
             kinds["twin"] += 1
     assert min(kinds.values()) >= 3, kinds
+    # the twins in flat form (flat_int8.with_twins) are their Graphs' wiring and tensor bytes
+    spliced = flat_int8.with_twins(found, flat.Wiring().walk(graphs), flat.graph_tensors(graphs),
+                                   None, None, flat.op_offsets(graphs))
+    wiring, tensors, _, _, g_ops = spliced
+    in_ptr, ins, out_ptr, outs = wiring.arrays()
+    for i, g in enumerate(twins):
+        twin = found.twin(graphs, i)
+        ops = range(g_ops[g], g_ops[g + 1])
+        assert [(wiring.types[j], tuple(ins[in_ptr[j]:in_ptr[j + 1]]),
+                 tuple(outs[out_ptr[j]:out_ptr[j + 1]])) for j in ops] == \
+            [(o.type, o.inputs, o.outputs) for o in twin.ops]
+        t0, t1 = tensors.g_tens[g], tensors.g_tens[g + 1]
+        n = len(graphs[g].tensors)
+        assert tensors.size[t0:t1].tolist() == \
+            flat.graph_tensors([graphs[g]]).size.tolist() + [t.nbytes for t in twin.tensors[n:]]
+        assert tensors.eight_bit[t0 + n:t1].all() and not tensors.const[t0 + n:t1].any()

@@ -170,3 +170,65 @@ def twin_kinds(graphs, g_ops, g_tens, code, in_ptr, ins, out_ptr, outs, f32, con
                                ins, out_ptr, outs, f32, const, found[ptr[i]:])
         ptr[i + 1] = ptr[i] + n
     return out, ptr, found[:ptr[-1]]
+
+
+@njit(cache=True)
+def splice(twins, ptr, requant, g_ops, g_tens, in_ptr, ins, out_ptr, outs, same_scale):
+    """All graphs' ops and tensors with each twin (`twins`, graph indices, ascending; its
+    requantized tensors requant[ptr[i]:ptr[i + 1]], as `twin_kinds` gives them) in its graph's
+    place, as `quantize._requantize` builds it: each requantized tensor gets a new tensor after
+    the graph's own, written by a QUANTIZE op right after its producer, and same-scale ops read
+    the new tensor instead. Returns the new op and tensor offsets, the wiring (CSR), per op the
+    op it was (-1: an added QUANTIZE) and per tensor the tensor it was or copies (the source of
+    an added one), and which tensors were added."""
+    n_g = len(g_ops) - 1
+    extra = np.zeros(n_g, np.int64)
+    twin_of = np.full(n_g, -1, np.int64)
+    for i in range(len(twins)):
+        extra[twins[i]] = ptr[i + 1] - ptr[i]
+        twin_of[twins[i]] = i
+    new_ops, new_tens = np.zeros(n_g + 1, np.int64), np.zeros(n_g + 1, np.int64)
+    for g in range(n_g):
+        new_ops[g + 1] = new_ops[g] + g_ops[g + 1] - g_ops[g] + extra[g]
+        new_tens[g + 1] = new_tens[g] + g_tens[g + 1] - g_tens[g] + extra[g]
+    n_added = len(requant)
+    src_op = np.empty(new_ops[-1], np.int64)
+    src_t = np.empty(new_tens[-1], np.int64)
+    added = np.zeros(new_tens[-1], np.bool_)
+    nin_ptr, nout_ptr = np.zeros(new_ops[-1] + 1, np.int64), np.zeros(new_ops[-1] + 1, np.int64)
+    nin, nout = np.empty(len(ins) + n_added, np.int64), np.empty(len(outs) + n_added, np.int64)
+    o, ni, no = 0, 0, 0
+    for g in range(n_g):
+        i, t0, nt0, n_t = twin_of[g], g_tens[g], new_tens[g], g_tens[g + 1] - g_tens[g]
+        for t in range(n_t):
+            src_t[nt0 + t] = t0 + t
+        into = np.full(n_t if i >= 0 else 0, -1, np.int64)
+        if i >= 0:
+            for k in range(ptr[i], ptr[i + 1]):
+                into[requant[k]] = n_t + k - ptr[i]
+                src_t[nt0 + n_t + k - ptr[i]] = t0 + requant[k]
+                added[nt0 + n_t + k - ptr[i]] = True
+        for j in range(g_ops[g], g_ops[g + 1]):
+            remap = i >= 0 and same_scale[j]
+            for q in range(in_ptr[j], in_ptr[j + 1]):
+                t = ins[q]
+                nin[ni] = into[t] if remap and t >= 0 and into[t] >= 0 else t
+                ni += 1
+            for q in range(out_ptr[j], out_ptr[j + 1]):
+                nout[no] = outs[q]
+                no += 1
+            src_op[o] = j
+            o += 1
+            nin_ptr[o], nout_ptr[o] = ni, no
+            if i < 0:
+                continue
+            for q in range(out_ptr[j], out_ptr[j + 1]):
+                t = outs[q]
+                if t >= 0 and into[t] >= 0:        # QUANTIZE (t,) -> (into[t],)
+                    nin[ni], nout[no] = t, into[t]
+                    ni += 1
+                    no += 1
+                    src_op[o] = -1
+                    o += 1
+                    nin_ptr[o], nout_ptr[o] = ni, no
+    return new_ops, new_tens, nin_ptr, nin[:ni], nout_ptr, nout[:no], src_op, src_t, added

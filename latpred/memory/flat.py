@@ -270,14 +270,15 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     g_ops = op_offsets(graphs)
     op_cfg = _op_configs(kernels, batch, g_ops)
     wiring = wiring or Wiring().walk(graphs)
-    retype, instead, graphs_in = None, {}, graphs
+    retype, layouts = None, []
     if int8:
-        retype, instead = classify(graphs, wiring, tensors, g_ops,
-                                   _float_graphs(batch, key_ids, tensors.g_tens))
+        kinds = classify(graphs, wiring, tensors, g_ops,
+                         _float_graphs(batch, key_ids, tensors.g_tens))
+        retype, layouts = kinds.retype, kinds.layouts
         # the float twins take their graphs' places (flat_int8.with_twins)
-        graphs_in, wiring, tensors, key_ids, op_cfg, g_ops, instead = flat_int8.with_twins(
-            graphs, instead, wiring, tensors, key_ids, op_cfg, g_ops)
-    planned = plan(graphs_in, tensors, wiring,
+        wiring, tensors, key_ids, op_cfg, g_ops = flat_int8.with_twins(
+            kinds, wiring, tensors, key_ids, op_cfg, g_ops)
+    planned = plan(graphs, tensors, wiring,
                    np.where(op_cfg >= 0, batch.config_kind[op_cfg], -1), g_ops, retype)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
     keys = batch.tensor_keys
@@ -293,7 +294,7 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
         return sum(xnn_ops._buffers(flat_int8.int8_signature(sig) if retyped else sig))
 
     sizer = cb.Sizer(planned, dims, buffers, batch.config_kind)
-    return _replaced(_totals(graphs, planned, op_cfg, sizer, retype, instead), graphs, instead)
+    return _layouts(_totals(graphs, planned, op_cfg, sizer, retype, layouts), graphs, layouts)
 
 
 def _float_graphs(batch: Any, key_ids: np.ndarray, g_tens: np.ndarray) -> np.ndarray:
@@ -311,15 +312,20 @@ def graph_totals(graphs: Sequence[Graph], int8: bool = False) -> np.ndarray:
     operator buffers are looked up per op by signature, as `xnnpack_operators` does; reading
     every op's tensor dims for the compiled sizes costs more here than the look-ups; `int8`:
     as `xnnpack_totals`)."""
-    wiring, tensors = Wiring().walk(graphs), graph_tensors(graphs)
-    retype, instead = classify(graphs, wiring, tensors) if int8 else (None, {})
-    return _replaced(_graph_totals(graphs, retype, instead, wiring=wiring, tensors=tensors),
-                     graphs, instead)
+    wiring, tensors, g_ops = Wiring().walk(graphs), graph_tensors(graphs), op_offsets(graphs)
+    retype, layouts = None, []
+    if int8:
+        kinds = classify(graphs, wiring, tensors, g_ops)
+        retype, layouts = kinds.retype, kinds.layouts
+        wiring, tensors, _, _, g_ops = flat_int8.with_twins(kinds, wiring, tensors, None, None,
+                                                            g_ops)
+    return _layouts(_graph_totals(graphs, retype, layouts, wiring, tensors, g_ops), graphs,
+                    layouts)
 
 
 def classify(graphs: Sequence[Graph], wiring: Wiring | None = None,
              tensors: Tensors | None = None, g_ops: np.ndarray | None = None,
-             is_float: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, Graph | None]]:
+             is_float: np.ndarray | None = None) -> flat_int8.Int8Kinds:
     """`flat_int8.classify` over the graphs' flat arrays (walked here where not given;
     `is_float`: per graph `quantize.is_float_graph`)."""
     from latpred.tflite.quantize import is_float_graph
@@ -329,15 +335,14 @@ def classify(graphs: Sequence[Graph], wiring: Wiring | None = None,
     g_ops = op_offsets(graphs) if g_ops is None else g_ops
     if is_float is None:
         is_float = np.fromiter(map(is_float_graph, graphs), np.bool_, len(graphs))
-    return flat_int8.classify(graphs, is_float, g_ops, tensors, wiring.types, *wiring.arrays())
+    return flat_int8.classify(is_float, g_ops, tensors, wiring.types, *wiring.arrays())
 
 
-def _graph_totals(graphs: Sequence[Graph], retype: np.ndarray | None,
-                  instead: dict[int, Graph | None],
-                  layout_of: Callable[[int], Graph] | None = None,
-                  wiring: Wiring | None = None, tensors: Tensors | None = None) -> np.ndarray:
+def _graph_totals(graphs: Sequence[Graph], retype: np.ndarray | None, layouts: Collection[int],
+                  wiring: Wiring | None = None, tensors: Tensors | None = None,
+                  g_ops: np.ndarray | None = None) -> np.ndarray:
     tensors = graph_tensors(graphs) if tensors is None else tensors
-    planned = plan(graphs, tensors, wiring, retype=retype)
+    planned = plan(graphs, tensors, wiring, g_ops=g_ops, retype=retype)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops)).tolist()
 
     def op_buffers(j: int) -> int:
@@ -353,20 +358,14 @@ def _graph_totals(graphs: Sequence[Graph], retype: np.ndarray | None,
         return np.fromiter(map(op_buffers, reps.tolist()), np.int64, len(reps))
 
     return _totals(graphs, planned, np.full(len(planned.ops), -1, np.int64), buffers, retype,
-                   instead, layout_of)
+                   layouts)
 
 
-def _replaced(totals: np.ndarray, graphs: Sequence[Graph], instead: dict[int, Graph | None]
-              ) -> np.ndarray:
-    """`totals`, those of the float graphs whose int8 model adds ops (`flat_int8.classify`)
-    replaced: by their float twins' retyped, or by their int8 layouts'."""
+def _layouts(totals: np.ndarray, graphs: Sequence[Graph], layouts: list[int]) -> np.ndarray:
+    """`totals`, those of the float graphs only their int8 layouts plan (`flat_int8.classify`)
+    replaced by their layouts'."""
     from latpred.tflite.quantize import int8_layout
 
-    twins = [g for g, twin in instead.items() if twin is not None]
-    if twins:
-        totals[twins] = _graph_totals([instead[g] for g in twins], np.ones(len(twins), bool), {},
-                                      lambda k: int8_layout(graphs[twins[k]]))
-    layouts = [g for g, twin in instead.items() if twin is None]
     if layouts:
         totals[layouts] = graph_totals([int8_layout(graphs[g]) for g in layouts])
     return totals
@@ -374,13 +373,11 @@ def _replaced(totals: np.ndarray, graphs: Sequence[Graph], instead: dict[int, Gr
 
 def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
             sizer: Callable[[np.ndarray, np.ndarray], np.ndarray],
-            retype: np.ndarray | None = None, replaced: Collection[int] = (),
-            layout_of: Callable[[int], Graph] | None = None) -> np.ndarray:
+            retype: np.ndarray | None = None, replaced: Collection[int] = ()) -> np.ndarray:
     """The totals of the planned graphs (`op_cfg`: each op's configuration, -1 for none;
     `sizer(ops, their configurations)`: packed weights plus indirection,
     `compiled_buffers.Sizer`; `retype`: see `plan`); uncovered graphs in Python (a retyped
-    one as its int8 layout: `layout_of(g)`, else `int8_layout(graphs[g])`), but for those
-    the caller `replaced`."""
+    one as its int8 layout, `int8_layout(graphs[g])`), but for those the caller `replaced`."""
     from latpred.memory.fast import memory_total
 
     res, delegated, _, g_ops, flags, (size, const, _, g_tens, _) = planned[:6]
@@ -409,7 +406,7 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
         if retype is not None and retype[g]:
             from latpred.tflite.quantize import int8_layout
 
-            totals[g] = memory_total(layout_of(g) if layout_of else int8_layout(graphs[g]))
+            totals[g] = memory_total(int8_layout(graphs[g]))
             continue
         t0, t1 = g_tens[g], g_tens[g + 1]
         set_tensor_table(graphs[g], size[t0:t1].tolist(), const[t0:t1].tolist())

@@ -22,34 +22,47 @@ Two kinds of graph reach it with 8-bit tensors:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
 from latpred.deduce.xnnpack_int8 import declined, op_declines
-from latpred.graph import Graph
+from latpred.graph import Graph, Op
 from latpred.memory import compiled_twin as ct
 from latpred.memory.compiled_graph import OP_CONV
-from latpred.memory.xnnpack_partition import _DATA_DTYPES, EIGHT_BIT_TYPES
 from latpred.tflite.quantize import requantized
 
 
-def classify(graphs: Sequence[Graph], is_float: np.ndarray, g_ops: np.ndarray, tensors: Any,
-             types: list[str], in_ptr: np.ndarray, ins: np.ndarray, out_ptr: np.ndarray,
-             outs: np.ndarray) -> tuple[np.ndarray, dict[int, Graph | None]]:
+class Int8Kinds(NamedTuple):
+    """What `classify` finds of a batch's graphs on an int8 target."""
+
+    retype: np.ndarray      # per graph: a float graph, planned retyped (`as_int8`)
+    layouts: list[int]      # graphs that only their int8 layouts plan (`quantize.int8_layout`)
+    twins: np.ndarray       # graphs whose int8 model adds requantizing QUANTIZE ops, ascending
+    ptr: np.ndarray         # twin i requantizes requant[ptr[i]:ptr[i + 1]] (graph-local)
+    requant: np.ndarray
+    same_scale: np.ndarray  # per op of the batch: a same-scale op (`quantize.SAME_SCALE`)
+
+    def twin(self, graphs: Sequence[Graph], i: int) -> Graph:
+        """Twin i as a Graph (`quantize.requantized`): what `with_twins` plans in flat form."""
+        return requantized(graphs[self.twins[i]],
+                           self.requant[self.ptr[i]:self.ptr[i + 1]].tolist())
+
+
+def classify(is_float: np.ndarray, g_ops: np.ndarray, tensors: Any, types: list[str],
+             in_ptr: np.ndarray, ins: np.ndarray, out_ptr: np.ndarray, outs: np.ndarray
+             ) -> Int8Kinds:
     """For an int8 target: the float graphs (`is_float`: per graph,
     `quantize.is_float_graph`), whose tensors are retyped (`as_int8`), and among them those
-    whose int8 model adds ops, each with what to plan instead: its float twin with the
-    requantizing QUANTIZE ops (`quantize.float_twin`, retyped too), or None where only its
-    int8 layout will do. `float_twin`'s decision is taken for all graphs at once over the flat
-    arrays (`compiled_twin`); only the twins are built in Python. The rest (already 8-bit)
-    are planned as they are. Every float graph of a batch is retyped, those too: the batch
-    sizes an operator once per configuration, so all of a configuration's ops must have the
-    same types."""
+    whose int8 model adds ops: the twins, whose requantizing QUANTIZE ops `with_twins` adds
+    to the flat arrays, and those only their int8 layouts plan (an fp32 island, a float
+    constant in a same-scale group). `quantize.float_twin`'s decision is taken for all graphs
+    at once over the flat arrays (`compiled_twin`). The rest (already 8-bit) are planned as
+    they are. Every float graph of a batch is retyped, the others too: the batch sizes an
+    operator once per configuration, so all of a configuration's ops must have the same
+    types."""
     retype = np.asarray(is_float, np.bool_).copy()
     floats = np.flatnonzero(retype)
-    if not len(floats):
-        return retype, {}
     for op_type in set(types).difference(ct._CODES):
         ct.type_code(op_type)
     code = np.fromiter(map(ct._CODES.__getitem__, types), np.int64, len(types))
@@ -58,11 +71,9 @@ def classify(graphs: Sequence[Graph], is_float: np.ndarray, g_ops: np.ndarray, t
     f32 = tensors.dtype_ok & ~tensors.eight_bit
     kinds, ptr, requant = ct.twin_kinds(floats, g_ops, tensors.g_tens, code, in_ptr, ins,
                                         out_ptr, outs, f32, tensors.const)
-    instead: dict[int, Graph | None] = dict.fromkeys(floats[kinds == ct.LAYOUT].tolist())
-    for i in np.flatnonzero(kinds == ct.TWIN).tolist():
-        g = int(floats[i])
-        instead[g] = requantized(graphs[g], requant[ptr[i]:ptr[i + 1]].tolist())
-    return retype, instead
+    return Int8Kinds(retype, floats[kinds == ct.LAYOUT].tolist(), floats[kinds == ct.TWIN],
+                     ptr[np.flatnonzero(kinds == ct.TWIN).tolist() + [len(kinds)]]
+                     if len(kinds) else np.zeros(1, np.int64), requant, code & 3 == 1)
 
 
 def _graph_of(g_ops: np.ndarray) -> np.ndarray:
@@ -190,77 +201,34 @@ def eight_bit_weights(planned: Any) -> np.ndarray:
     return out
 
 
-def with_twins(graphs: Sequence[Graph], instead: dict[int, Graph | None], wiring: Any,
-               tensors: Any, key_ids: np.ndarray, op_cfg: np.ndarray, g_ops: np.ndarray
-               ) -> tuple[list[Graph], Any, Any, np.ndarray, np.ndarray, np.ndarray,
-                          dict[int, Graph | None]]:
-    """The batch's flat arrays with each float twin of `instead` (`classify`) in its graph's
-    place, so that the twins are planned in the batch's one compiled call: its ops (the
-    graph's, each with its configuration, and the QUANTIZE ops it adds, with none), its tensors
-    (the graph's, then the new int8 ones, each given its source's interned id: the same
-    shape). Returns the graphs, wiring, tensors, interned ids, configurations and op offsets,
-    and what is left of `instead` (the layouts)."""
-    twins = sorted(g for g, twin in instead.items() if twin is not None)
-    if not twins:
-        return list(graphs), wiring, tensors, key_ids, op_cfg, g_ops, instead
-    instead = dict(instead)
+def with_twins(kinds: Int8Kinds, wiring: Any, tensors: Any, key_ids: np.ndarray | None,
+               op_cfg: np.ndarray | None, g_ops: np.ndarray
+               ) -> tuple[Any, Any, np.ndarray | None, np.ndarray | None, np.ndarray]:
+    """The batch's flat arrays with each twin (`classify`) in its graph's place
+    (`compiled_twin.splice`), so that the twins are planned in the batch's one compiled call
+    without building them: their ops (the graph's, each with its configuration and Op, and the
+    added QUANTIZE ops, with none), their tensors (the graph's, then the added int8 ones, each
+    with its source's interned id: the same shape). Returns the wiring, tensors, interned ids,
+    configurations and op offsets."""
+    if not len(kinds.twins):
+        return wiring, tensors, key_ids, op_cfg, g_ops
     in_ptr, ins, out_ptr, outs = wiring.arrays()
-    g_tens = tensors.g_tens
-    flat = (tensors.size, tensors.const, tensors.dtype_ok, tensors.eight_bit, key_ids)
-    per_op: list[list] = [[] for _ in range(5)]         # n_in, ins, n_out, outs, configs
-    per_tensor: list[list] = [[] for _ in range(5)]     # the `flat` arrays
-    ops, types, planned = [], [], list(graphs)
-
-    def keep(g0: int, g1: int) -> None:                  # graphs g0..g1-1 as they are
-        o0, o1, t0, t1 = g_ops[g0], g_ops[g1], g_tens[g0], g_tens[g1]
-        ops.extend(wiring.ops[o0:o1])
-        types.extend(wiring.types[o0:o1])
-        for out, values in zip(per_op, (np.diff(in_ptr[o0:o1 + 1]), ins[in_ptr[o0]:in_ptr[o1]],
-                                        np.diff(out_ptr[o0:o1 + 1]),
-                                        outs[out_ptr[o0]:out_ptr[o1]], op_cfg[o0:o1])):
-            out.append(values)
-        for out, values in zip(per_tensor, flat):
-            out.append(values[t0:t1])
-
-    start = 0
-    for g in twins:
-        keep(start, g)
-        start = g + 1
-        twin = planned[g] = instead.pop(g)
-        n_t, t0 = g_tens[g + 1] - g_tens[g], g_tens[g]
-        w = type(wiring)().walk([twin])
-        ops.extend(w.ops)
-        types.extend(w.types)
-        source = {op.outputs[0]: op.inputs[0] for op in twin.ops
-                  if op.type == "QUANTIZE" and op.outputs[0] >= n_t}
-        cfg = np.full(len(twin.ops), -1, np.int64)
-        cfg[[not (op.type == "QUANTIZE" and op.outputs[0] >= n_t) for op in twin.ops]] = \
-            op_cfg[g_ops[g]:g_ops[g + 1]]
-        for out, values in zip(per_op, (w.n_in, w.ins, w.n_out, w.outs, cfg)):
-            out.append(np.asarray(values, np.int64))
-        added = twin.tensors[n_t:]
-        new = ([t.nbytes for t in added], [False] * len(added),
-               [t.dtype in _DATA_DTYPES for t in added],
-               [t.dtype in EIGHT_BIT_TYPES for t in added],
-               [key_ids[t0 + source[n_t + k]] for k in range(len(added))])
-        for out, values, old in zip(per_tensor, new, flat):
-            out.append(old[t0:g_tens[g + 1]])
-            out.append(np.asarray(values, old.dtype))
-    keep(start, len(graphs))
-    n_in, ins2, n_out, outs2, cfg = (np.concatenate(p) for p in per_op)
-    size, const, dtype_ok, eight, ids = (np.concatenate(p) for p in per_tensor)
+    new_ops, new_tens, in_ptr, ins, out_ptr, outs, src_op, src_t, added = ct.splice(
+        kinds.twins, kinds.ptr, kinds.requant, g_ops, tensors.g_tens, in_ptr, ins, out_ptr,
+        outs, kinds.same_scale)
     spliced = type(wiring)()
-    spliced.ops, spliced.types = ops, types
-    spliced._arrays = (_offsets(n_in), ins2, _offsets(n_out), outs2)
-    ops_per_graph = np.diff(g_ops)
-    tens_per_graph = np.diff(g_tens)
-    for g in twins:
-        ops_per_graph[g], tens_per_graph[g] = len(planned[g].ops), len(planned[g].tensors)
-    spliced_tensors = type(tensors)(size, const, dtype_ok, _offsets(tens_per_graph), eight)
-    return planned, spliced, spliced_tensors, ids, cfg, _offsets(ops_per_graph), instead
+    at = src_op.tolist()        # -1 (an added QUANTIZE) takes the last item of each list
+    spliced.ops = list(map((wiring.ops + [_QUANTIZE]).__getitem__, at))
+    spliced.types = list(map((wiring.types + ["QUANTIZE"]).__getitem__, at))
+    spliced._arrays = (in_ptr, ins, out_ptr, outs)
+    # an added tensor is int8 of its float32 source's shape: a quarter of its bytes
+    size = np.where(added, tensors.size[src_t] // 4, tensors.size[src_t])
+    spliced_tensors = type(tensors)(size, tensors.const[src_t] & ~added,
+                                    tensors.dtype_ok[src_t] | added, new_tens,
+                                    tensors.eight_bit[src_t] | added)
+    return (spliced, spliced_tensors, None if key_ids is None else key_ids[src_t],
+            None if op_cfg is None else np.where(src_op >= 0, op_cfg[src_op], -1), new_ops)
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=out[1:])
-    return out
+# What the flat planners read of an added QUANTIZE op: its type, attributes and arity
+_QUANTIZE = Op.make("QUANTIZE", (0,), (1,))

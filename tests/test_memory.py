@@ -386,7 +386,7 @@ def test_float_graph_on_an_int8_target_is_planned_as_its_int8_model(tmp_path):
     # the compiled paths plan most candidates retyped (flat_int8), some as their float twins
     # with requantizing QUANTIZE ops, the others (fp32 islands) by their layouts: all as the
     # Python planner does
-    from latpred.memory.flat import classify
+    from latpred.memory.flat_int8 import classify
 
     for space, n in (("synthetic_cnn", 40), ("converter_small", 6), ("regnet_cnn", 6)):
         graphs += [build_graph(a) for a in sample(ROOT / "search_space" / f"{space}.yaml", n, 8)]

@@ -306,7 +306,7 @@ def test_compiled_twin_decision_is_float_twins():
     t = (Tensor("x", (1, 8)), Tensor("e", (1, 8)), Tensor("y", (1, 8)))
     exp = Graph(t, (Op.make("EXP", (0,), (1,)), Op.make("RELU", (1,), (2,))), (0,), (2,), "exp")
     graphs += [b.build(), b2.build(), exp]
-    found = flat.classify(graphs)
+    found = flat_int8.classify(graphs)
     assert found.retype.all()
     twins = found.twins.tolist()
     kinds = {"same": 0, "twin": 0, "layout": 0}

@@ -2,8 +2,9 @@
 
 `predict_many_with_memory` hands over the latency batch (`fast.py`: `xnnpack_totals`;
 `memory_totals` on its own: `graph_totals`); here every graph's ops, wiring and tensors become
-flat arrays (built with C-level walks over the batch, tensor sizes from the batch's interned
-tensors or the graphs' tensor tables), `compiled_graph.plan_batch` plans all graphs,
+flat arrays (`flat_arrays`: built with C-level walks over the batch, tensor sizes from the
+batch's interned tensors or the graphs' tensor tables; on an int8 target, `flat_int8` retypes
+float graphs and splices in their twins), `compiled_graph.plan_batch` plans all graphs,
 `compiled_buffers.op_buffers` sizes the operators' packed weights and indirection once per
 configuration (with a batch; per op by signature without), and the totals are summed with
 numpy. Graphs the compiled planner does not cover (Prepare changes an
@@ -15,13 +16,12 @@ every total equals `memory_totals`' (scripts/memory_fast_check.py).
 from __future__ import annotations
 
 from itertools import chain
-from math import prod
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Collection, NamedTuple, Sequence
 
 import numpy as np
 
-from latpred.graph import _ITEMSIZE, Graph
+from latpred.graph import Graph
 from latpred.memory import compiled_buffers as cb
 from latpred.memory import compiled_graph as cg
 from latpred.memory import flat_int8
@@ -29,15 +29,15 @@ from latpred.memory import xnnpack
 from latpred.memory import xnnpack_partition as partition
 from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs
+from latpred.memory.flat_arrays import (Tensors, Wiring, _csr, batch_tensors, graph_tensors,
+                                       op_offsets)
 from latpred.memory.host_cpu import (_FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR,
                                      OVERHEAD_EIGHT_BIT_FIXED, OVERHEAD_FIXED,
                                      OVERHEAD_PER_TENSOR, transient)
-from latpred.memory.litert_builtin import (_PREPARE_FOLDS, _REDUCE, set_tensor_table,
-                                          tensor_table)
+from latpred.memory.litert_builtin import _PREPARE_FOLDS, _REDUCE, set_tensor_table
 from latpred.memory.litert_plan import INPLACE
 
 _OPS, _INPUTS, _OUTPUTS = attrgetter("ops"), attrgetter("inputs"), attrgetter("outputs")
-_TENSORS, _DTYPE = attrgetter("tensors"), attrgetter("dtype")
 _FLAGS: dict[str, int] = {}
 _ATTR_FACTS: dict[tuple, tuple[bool, bool, bool]] = {}
 OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (not a planner bit)
@@ -67,25 +67,6 @@ def type_flags(op_type: str) -> int:
         flags |= 1 << (cg.STATIC_SHIFT + k)
     _FLAGS[op_type] = flags
     return flags
-
-
-def _ptr(lengths) -> np.ndarray:
-    """CSR offsets from lengths: item i is entries [ptr[i], ptr[i + 1])."""
-    lengths = np.fromiter(lengths, np.int64)
-    ptr = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=ptr[1:])
-    return ptr
-
-
-def op_offsets(graphs: Sequence[Graph]) -> np.ndarray:
-    """Each graph's first op in all graphs' ops in a row (and one past the last)."""
-    return _ptr(map(len, map(_OPS, graphs)))
-
-
-def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets and concatenated values of a list of int sequences."""
-    ptr = _ptr(map(len, lists))
-    return ptr, np.fromiter(chain.from_iterable(lists), np.int64, int(ptr[-1]))
 
 
 def _op_attrs(ops: list, flags: np.ndarray, kinds: np.ndarray | None) -> tuple[np.ndarray, ...]:
@@ -122,45 +103,6 @@ def _facts(op: Any) -> tuple[bool, bool, bool]:
     return facts
 
 
-class Tensors(NamedTuple):
-    """Per tensor of all graphs in a row: bytes, stored in the model, a data type XNNPACK
-    takes; each graph's first tensor (and one past the last); 8-bit (`flat_int8`: the
-    delegate's 8-bit rules of the ops that write one, the operators sized by the qs8
-    sizes)."""
-
-    size: np.ndarray
-    const: np.ndarray
-    dtype_ok: np.ndarray
-    g_tens: np.ndarray
-    eight_bit: np.ndarray
-
-
-def batch_tensors(graphs: Sequence[Graph], batch: Any) -> tuple[Tensors, np.ndarray]:
-    """`Tensors` from the batch's interned tensors, and each tensor's interned id."""
-    keys = batch.tensor_keys            # (shape, dtype, is_constant, value, quantized)
-    key_size = np.fromiter((prod(k[0]) * _ITEMSIZE[k[1]] for k in keys), np.int64, len(keys))
-    key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
-    key_dtype = np.fromiter((k[1] in partition._DATA_DTYPES for k in keys), np.bool_, len(keys))
-    key_eight = np.fromiter((k[1] in partition.EIGHT_BIT_TYPES for k in keys), np.bool_, len(keys))
-    ptr, ids = _csr(batch.tensor_ids)
-    ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
-    g_tens = ptr - np.arange(len(ptr))
-    assert np.array_equal(np.diff(g_tens), [len(g.tensors) for g in graphs])
-    return Tensors(key_size[ids], key_const[ids], key_dtype[ids], g_tens, key_eight[ids]), ids
-
-
-def graph_tensors(graphs: Sequence[Graph]) -> Tensors:
-    """`Tensors` from the graphs' tensor tables (`litert_builtin.tensor_table`)."""
-    tables = list(map(tensor_table, graphs))
-    g_tens, size = _csr(list(map(itemgetter(0), tables)))
-    const = np.fromiter(chain.from_iterable(map(itemgetter(1), tables)), np.bool_, g_tens[-1])
-    dtypes = list(map(_DTYPE, chain.from_iterable(map(_TENSORS, graphs))))
-    dtype_ok = np.fromiter(map(partition._DATA_DTYPES.__contains__, dtypes), np.bool_,
-                           g_tens[-1])
-    eight = np.fromiter(map(partition.EIGHT_BIT_TYPES.__contains__, dtypes), np.bool_, g_tens[-1])
-    return Tensors(size, const, dtype_ok, g_tens, eight)
-
-
 def _op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
     """Each op's kernel configuration (-1: an op of a several-op kernel), as `batch_configs`."""
     k_ops = list(chain.from_iterable(map(lambda ks: map(_OPS, ks), kernels)))
@@ -170,49 +112,6 @@ def _op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray)
     out = np.full(g_ops[-1], -1, np.int64)
     out[graph_start[single] + first[single]] = batch.config[single]
     return out
-
-
-class Wiring:
-    """Each op's type, inputs and outputs (all graphs' ops in a row), recorded graph by graph
-    (`collect`, as `LatencyModel.predict_many_batch`'s per-graph hook: the deduction has just
-    walked the graph's ops, so they are in the CPU caches; walked again after the whole batch
-    they cost ~2.4x: 38 vs 16 us a graph) or for all graphs at once (`walk`)."""
-
-    def __init__(self) -> None:
-        self._arrays: tuple[np.ndarray, ...] | None = None
-        self.ops: list = []
-        self.types: list[str] = []
-        self.n_in: list[int] = []
-        self.ins: list[int] = []
-        self.n_out: list[int] = []
-        self.outs: list[int] = []
-
-    def collect(self, graph: Graph) -> None:
-        # A plain loop: attribute reads the interpreter specializes, and one visit per op
-        # object, cost about half of zip(*map(attrgetter(...), ops)) (4 against 8 us a graph)
-        types, n_in, ins, n_out, outs = (self.types.append, self.n_in.append, self.ins.extend,
-                                         self.n_out.append, self.outs.extend)
-        for op in graph.ops:
-            types(op.type)
-            op_ins, op_outs = op.inputs, op.outputs
-            n_in(len(op_ins))
-            ins(op_ins)
-            n_out(len(op_outs))
-            outs(op_outs)
-        self.ops += graph.ops
-
-    def walk(self, graphs: Sequence[Graph]) -> "Wiring":
-        for graph in graphs:
-            self.collect(graph)
-        return self
-
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        """(in_ptr, ins, out_ptr, outs): the inputs and outputs as CSR arrays, made once."""
-        if self._arrays is None:
-            in_ptr, out_ptr = (_ptr(n) for n in (self.n_in, self.n_out))
-            ins, outs = (np.array(t, np.int64) for t in (self.ins, self.outs))
-            self._arrays = (in_ptr, ins, out_ptr, outs)
-        return self._arrays
 
 
 class Planned(NamedTuple):
@@ -272,8 +171,8 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     wiring = wiring or Wiring().walk(graphs)
     retype, layouts = None, []
     if int8:
-        kinds = classify(graphs, wiring, tensors, g_ops,
-                         _float_graphs(batch, key_ids, tensors.g_tens))
+        kinds = flat_int8.classify(graphs, wiring, tensors, g_ops,
+                                   _float_graphs(batch, key_ids, tensors.g_tens))
         retype, layouts = kinds.retype, kinds.layouts
         # the float twins take their graphs' places (flat_int8.with_twins)
         wiring, tensors, key_ids, op_cfg, g_ops = flat_int8.with_twins(
@@ -315,27 +214,12 @@ def graph_totals(graphs: Sequence[Graph], int8: bool = False) -> np.ndarray:
     wiring, tensors, g_ops = Wiring().walk(graphs), graph_tensors(graphs), op_offsets(graphs)
     retype, layouts = None, []
     if int8:
-        kinds = classify(graphs, wiring, tensors, g_ops)
+        kinds = flat_int8.classify(graphs, wiring, tensors, g_ops)
         retype, layouts = kinds.retype, kinds.layouts
         wiring, tensors, _, _, g_ops = flat_int8.with_twins(kinds, wiring, tensors, None, None,
                                                             g_ops)
     return _layouts(_graph_totals(graphs, retype, layouts, wiring, tensors, g_ops), graphs,
                     layouts)
-
-
-def classify(graphs: Sequence[Graph], wiring: Wiring | None = None,
-             tensors: Tensors | None = None, g_ops: np.ndarray | None = None,
-             is_float: np.ndarray | None = None) -> flat_int8.Int8Kinds:
-    """`flat_int8.classify` over the graphs' flat arrays (walked here where not given;
-    `is_float`: per graph `quantize.is_float_graph`)."""
-    from latpred.tflite.quantize import is_float_graph
-
-    wiring = wiring or Wiring().walk(graphs)
-    tensors = graph_tensors(graphs) if tensors is None else tensors
-    g_ops = op_offsets(graphs) if g_ops is None else g_ops
-    if is_float is None:
-        is_float = np.fromiter(map(is_float_graph, graphs), np.bool_, len(graphs))
-    return flat_int8.classify(is_float, g_ops, tensors, wiring.types, *wiring.arrays())
 
 
 def _graph_totals(graphs: Sequence[Graph], retype: np.ndarray | None, layouts: Collection[int],

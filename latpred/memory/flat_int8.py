@@ -8,7 +8,8 @@ Two kinds of graph reach it with 8-bit tensors:
 - **float NAS candidates on an int8 target**, planned as the int8 model latpred would write of
   them (`tflite.quantize.int8_layout`). Where that model keeps the float graph's ops and
   tensors (`quantize.float_twin`: no fp32 island, no float constant in a same-scale group;
-  requantizing QUANTIZE ops are added to the float graph first), it
+  requantizing QUANTIZE ops are added to the float graph first: `classify` finds them and
+  `with_twins` adds them to the flat arrays, both in numba, `compiled_twin`), it
   differs in data types only: every float32 tensor becomes int8, one byte an element, except
   the biases, which become int32 (four); and the layout's scales (placeholder [0, 1] ranges
   and the fixed parameters 1/256, 1/128, 1/16) pass every scale check of `declined` (an ADD's
@@ -30,7 +31,8 @@ from latpred.deduce.xnnpack_int8 import declined, op_declines
 from latpred.graph import Graph, Op
 from latpred.memory import compiled_twin as ct
 from latpred.memory.compiled_graph import OP_CONV
-from latpred.tflite.quantize import requantized
+from latpred.memory.flat_arrays import Tensors, Wiring, graph_tensors, op_offsets
+from latpred.tflite.quantize import is_float_graph, requantized
 
 
 class Int8Kinds(NamedTuple):
@@ -49,18 +51,26 @@ class Int8Kinds(NamedTuple):
                            self.requant[self.ptr[i]:self.ptr[i + 1]].tolist())
 
 
-def classify(is_float: np.ndarray, g_ops: np.ndarray, tensors: Any, types: list[str],
-             in_ptr: np.ndarray, ins: np.ndarray, out_ptr: np.ndarray, outs: np.ndarray
-             ) -> Int8Kinds:
+def classify(graphs: Sequence[Graph], wiring: Wiring | None = None,
+             tensors: Tensors | None = None, g_ops: np.ndarray | None = None,
+             is_float: np.ndarray | None = None) -> Int8Kinds:
     """For an int8 target: the float graphs (`is_float`: per graph,
-    `quantize.is_float_graph`), whose tensors are retyped (`as_int8`), and among them those
+    `quantize.is_float_graph`, found here where not given), whose tensors are retyped
+    (`as_int8`), and among them those
     whose int8 model adds ops: the twins, whose requantizing QUANTIZE ops `with_twins` adds
     to the flat arrays, and those only their int8 layouts plan (an fp32 island, a float
     constant in a same-scale group). `quantize.float_twin`'s decision is taken for all graphs
     at once over the flat arrays (`compiled_twin`). The rest (already 8-bit) are planned as
     they are. Every float graph of a batch is retyped, the others too: the batch sizes an
     operator once per configuration, so all of a configuration's ops must have the same
-    types."""
+    types. The flat arrays (`wiring`, `tensors`, `g_ops`) are made here where not given."""
+    wiring = wiring or Wiring().walk(graphs)
+    tensors = graph_tensors(graphs) if tensors is None else tensors
+    g_ops = op_offsets(graphs) if g_ops is None else g_ops
+    if is_float is None:
+        is_float = np.fromiter(map(is_float_graph, graphs), np.bool_, len(graphs))
+    types = wiring.types
+    in_ptr, ins, out_ptr, outs = wiring.arrays()
     retype = np.asarray(is_float, np.bool_).copy()
     floats = np.flatnonzero(retype)
     for op_type in set(types).difference(ct._CODES):
@@ -201,9 +211,9 @@ def eight_bit_weights(planned: Any) -> np.ndarray:
     return out
 
 
-def with_twins(kinds: Int8Kinds, wiring: Any, tensors: Any, key_ids: np.ndarray | None,
-               op_cfg: np.ndarray | None, g_ops: np.ndarray
-               ) -> tuple[Any, Any, np.ndarray | None, np.ndarray | None, np.ndarray]:
+def with_twins(kinds: Int8Kinds, wiring: Wiring, tensors: Tensors,
+               key_ids: np.ndarray | None, op_cfg: np.ndarray | None, g_ops: np.ndarray
+               ) -> tuple[Wiring, Tensors, np.ndarray | None, np.ndarray | None, np.ndarray]:
     """The batch's flat arrays with each twin (`classify`) in its graph's place
     (`compiled_twin.splice`), so that the twins are planned in the batch's one compiled call
     without building them: their ops (the graph's, each with its configuration and Op, and the
@@ -216,14 +226,14 @@ def with_twins(kinds: Int8Kinds, wiring: Any, tensors: Any, key_ids: np.ndarray 
     new_ops, new_tens, in_ptr, ins, out_ptr, outs, src_op, src_t, added = ct.splice(
         kinds.twins, kinds.ptr, kinds.requant, g_ops, tensors.g_tens, in_ptr, ins, out_ptr,
         outs, kinds.same_scale)
-    spliced = type(wiring)()
+    spliced = Wiring()
     at = src_op.tolist()        # -1 (an added QUANTIZE) takes the last item of each list
     spliced.ops = list(map((wiring.ops + [_QUANTIZE]).__getitem__, at))
     spliced.types = list(map((wiring.types + ["QUANTIZE"]).__getitem__, at))
     spliced._arrays = (in_ptr, ins, out_ptr, outs)
     # an added tensor is int8 of its float32 source's shape: a quarter of its bytes
     size = np.where(added, tensors.size[src_t] // 4, tensors.size[src_t])
-    spliced_tensors = type(tensors)(size, tensors.const[src_t] & ~added,
+    spliced_tensors = Tensors(size, tensors.const[src_t] & ~added,
                                     tensors.dtype_ok[src_t] | added, new_tens,
                                     tensors.eight_bit[src_t] | added)
     return (spliced, spliced_tensors, None if key_ids is None else key_ids[src_t],

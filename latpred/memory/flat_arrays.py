@@ -1,0 +1,124 @@
+"""A batch of graphs as flat arrays, for the compiled memory planners (`flat.py`, `flat_int8.py`).
+
+All graphs' ops in a row (`Wiring`: each op's type, inputs and outputs, recorded while the
+latency batch deduces each graph or walked after) and all graphs' tensors in a row (`Tensors`:
+bytes, stored in the model, a data type XNNPACK takes, 8-bit; from the latency batch's interned
+tensors or from the graphs' tensor tables). Tensor and op indices inside a graph are the
+graph's own; `g_ops` / `g_tens` give each graph's first op / tensor (CSR offsets).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from math import prod
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from latpred.graph import _ITEMSIZE, Graph
+from latpred.memory import xnnpack_partition as partition
+from latpred.memory.litert_builtin import tensor_table
+
+_OPS, _TENSORS, _DTYPE = attrgetter("ops"), attrgetter("tensors"), attrgetter("dtype")
+
+
+def _ptr(lengths) -> np.ndarray:
+    """CSR offsets from lengths: item i is entries [ptr[i], ptr[i + 1])."""
+    lengths = np.fromiter(lengths, np.int64)
+    ptr = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    return ptr
+
+
+def op_offsets(graphs: Sequence[Graph]) -> np.ndarray:
+    """Each graph's first op in all graphs' ops in a row (and one past the last)."""
+    return _ptr(map(len, map(_OPS, graphs)))
+
+
+def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and concatenated values of a list of int sequences."""
+    ptr = _ptr(map(len, lists))
+    return ptr, np.fromiter(chain.from_iterable(lists), np.int64, int(ptr[-1]))
+
+
+class Tensors(NamedTuple):
+    """Per tensor of all graphs in a row: bytes, stored in the model, a data type XNNPACK
+    takes; each graph's first tensor (and one past the last); 8-bit (`flat_int8`: the
+    delegate's 8-bit rules of the ops that write one, the operators sized by the qs8
+    sizes)."""
+
+    size: np.ndarray
+    const: np.ndarray
+    dtype_ok: np.ndarray
+    g_tens: np.ndarray
+    eight_bit: np.ndarray
+
+
+def batch_tensors(graphs: Sequence[Graph], batch: Any) -> tuple[Tensors, np.ndarray]:
+    """`Tensors` from the batch's interned tensors, and each tensor's interned id."""
+    keys = batch.tensor_keys            # (shape, dtype, is_constant, value, quantized)
+    key_size = np.fromiter((prod(k[0]) * _ITEMSIZE[k[1]] for k in keys), np.int64, len(keys))
+    key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
+    key_dtype = np.fromiter((k[1] in partition._DATA_DTYPES for k in keys), np.bool_, len(keys))
+    key_eight = np.fromiter((k[1] in partition.EIGHT_BIT_TYPES for k in keys), np.bool_, len(keys))
+    ptr, ids = _csr(batch.tensor_ids)
+    ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
+    g_tens = ptr - np.arange(len(ptr))
+    assert np.array_equal(np.diff(g_tens), [len(g.tensors) for g in graphs])
+    return Tensors(key_size[ids], key_const[ids], key_dtype[ids], g_tens, key_eight[ids]), ids
+
+
+def graph_tensors(graphs: Sequence[Graph]) -> Tensors:
+    """`Tensors` from the graphs' tensor tables (`litert_builtin.tensor_table`)."""
+    tables = list(map(tensor_table, graphs))
+    g_tens, size = _csr(list(map(itemgetter(0), tables)))
+    const = np.fromiter(chain.from_iterable(map(itemgetter(1), tables)), np.bool_, g_tens[-1])
+    dtypes = list(map(_DTYPE, chain.from_iterable(map(_TENSORS, graphs))))
+    dtype_ok = np.fromiter(map(partition._DATA_DTYPES.__contains__, dtypes), np.bool_,
+                           g_tens[-1])
+    eight = np.fromiter(map(partition.EIGHT_BIT_TYPES.__contains__, dtypes), np.bool_, g_tens[-1])
+    return Tensors(size, const, dtype_ok, g_tens, eight)
+
+
+class Wiring:
+    """Each op's type, inputs and outputs (all graphs' ops in a row), recorded graph by graph
+    (`collect`, as `LatencyModel.predict_many_batch`'s per-graph hook: the deduction has just
+    walked the graph's ops, so they are in the CPU caches; walked again after the whole batch
+    they cost ~2.4x: 38 vs 16 us a graph) or for all graphs at once (`walk`)."""
+
+    def __init__(self) -> None:
+        self._arrays: tuple[np.ndarray, ...] | None = None
+        self.ops: list = []
+        self.types: list[str] = []
+        self.n_in: list[int] = []
+        self.ins: list[int] = []
+        self.n_out: list[int] = []
+        self.outs: list[int] = []
+
+    def collect(self, graph: Graph) -> None:
+        # A plain loop: attribute reads the interpreter specializes, and one visit per op
+        # object, cost about half of zip(*map(attrgetter(...), ops)) (4 against 8 us a graph)
+        types, n_in, ins, n_out, outs = (self.types.append, self.n_in.append, self.ins.extend,
+                                         self.n_out.append, self.outs.extend)
+        for op in graph.ops:
+            types(op.type)
+            op_ins, op_outs = op.inputs, op.outputs
+            n_in(len(op_ins))
+            ins(op_ins)
+            n_out(len(op_outs))
+            outs(op_outs)
+        self.ops += graph.ops
+
+    def walk(self, graphs: Sequence[Graph]) -> "Wiring":
+        for graph in graphs:
+            self.collect(graph)
+        return self
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(in_ptr, ins, out_ptr, outs): the inputs and outputs as CSR arrays, made once."""
+        if self._arrays is None:
+            in_ptr, out_ptr = (_ptr(n) for n in (self.n_in, self.n_out))
+            ins, outs = (np.array(t, np.int64) for t in (self.ins, self.outs))
+            self._arrays = (in_ptr, ins, out_ptr, outs)
+        return self._arrays

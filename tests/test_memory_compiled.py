@@ -97,7 +97,7 @@ def _graphs(n: int = 40) -> list:
 
 
 def _batch(graphs: list) -> SimpleNamespace:
-    """What `flat.batch_tensors` reads of a FeatureBatch: one interned id per tensor (+ one
+    """What `flat_arrays.batch_tensors` reads of a FeatureBatch: one interned id per tensor (+ one
     for -1)."""
     keys, ids = [], []
     for g in graphs:

@@ -85,7 +85,8 @@ def _with_memory(model: Any, graphs: Sequence[Graph], kernels: str, allow_fallba
         preds = model.predict_many(graphs, allow_fallback=allow_fallback)
         return preds, memory_totals(graphs, model.target, kernels)
     if kernels == "xnnpack" and _compiled() and t.processor == "cpu":
-        from latpred.memory.flat import Wiring, xnnpack_totals
+        from latpred.memory.flat import xnnpack_totals
+        from latpred.memory.flat_arrays import Wiring
 
         wiring = Wiring()
         preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback,

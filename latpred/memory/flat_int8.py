@@ -152,7 +152,7 @@ def declined_by_op(ops: list, writes: np.ndarray, kinds: np.ndarray | None = Non
     return out
 
 
-def as_int8(tensors: Any, retype: np.ndarray, g_ops: np.ndarray, types: list[str],
+def as_int8(tensors: Tensors, retype: np.ndarray, g_ops: np.ndarray, types: list[str],
             in_ptr: np.ndarray, ins: np.ndarray, flags: np.ndarray) -> Any:
     """The flat tensors of the graphs marked `retype` as their int8 models have them: float32
     (4 bytes an element) becomes int8 (1), except the biases (input 2 of a convolution or a
@@ -168,8 +168,8 @@ def as_int8(tensors: Any, retype: np.ndarray, g_ops: np.ndarray, types: list[str
     bias[b_flat] = tensors.const[b_flat]
     eight = is_float & in_graph & ~bias
     size = np.where(eight, tensors.size // 4, tensors.size)
-    return type(tensors)(size, tensors.const, tensors.dtype_ok, tensors.g_tens,
-                         tensors.eight_bit | eight)
+    return Tensors(size, tensors.const, tensors.dtype_ok, tensors.g_tens,
+                   tensors.eight_bit | eight)
 
 
 def retyped(graphs: Sequence[Graph], tensors: Any, retype: np.ndarray, wiring: Any,

@@ -7,7 +7,8 @@
 
 1. Per overhead kind (constant, linear, typed), the 5-fold cross-validated end-to-end MAPE on
    the source's training models and the typed-minus-linear paired difference with its
-   standard error (what `auto` in predictors/overhead.py decides on).
+   standard error (what `auto` in predictors/overhead.py decided on until session 23; it now
+   never picks typed).
 2. Per kind fitted on all of them, on each `--test` dataset of the source's target: the
    measured kernel sums plus the predicted overhead (so only the overhead errs), its MAPE and
    mean bias (% of the end-to-end latency), and typed minus linear per term (ms per model).

@@ -12,21 +12,31 @@ kernel size, and for stems (<= 4 input channels). With --fp32, each CPU's int8/f
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from latpred.dataset import Dataset  # noqa: E402
 
 KEY = ["model_id", "kernel_index"]
 PAD_CLASSES = ((1.0, 1.0001), (1.0001, 1.34), (1.34, 2.1), (2.1, np.inf))
 
 
+def _kernels(root: str) -> pd.DataFrame:
+    """The ok conv2d kernel rows of a dataset's one target."""
+    ds = Dataset.open(root)
+    (target,) = ds.targets()
+    return ds.kernels(target).query("status == 'ok' and kernel_type == 'conv2d'")
+
+
 def convs(a: str, b: str) -> pd.DataFrame:
-    """conv2d kernels measured ok in both datasets, with both latencies."""
-    ka = pd.read_parquet(f"{a}/kernels.parquet")
-    kb = pd.read_parquet(f"{b}/kernels.parquet")[KEY + ["latency_ms", "kernel_type", "status"]]
-    m = ka.merge(kb, on=KEY, suffixes=("", "_b"))
-    ok = (m.kernel_type == "conv2d") & (m.kernel_type_b == "conv2d")
-    return m[ok & (m.status == "ok") & (m.status_b == "ok")]
+    """conv2d kernels measured ok in both datasets, with both latencies (B's as `_b`)."""
+    kb = _kernels(b)[KEY + ["latency_ms"]]
+    return _kernels(a).merge(kb, on=KEY, suffixes=("", "_b"))
 
 
 def main() -> None:

@@ -153,7 +153,7 @@ def declined_by_op(ops: list, writes: np.ndarray, kinds: np.ndarray | None = Non
 
 
 def as_int8(tensors: Tensors, retype: np.ndarray, g_ops: np.ndarray, types: list[str],
-            in_ptr: np.ndarray, ins: np.ndarray, flags: np.ndarray) -> Any:
+            in_ptr: np.ndarray, ins: np.ndarray, flags: np.ndarray) -> Tensors:
     """The flat tensors of the graphs marked `retype` as their int8 models have them: float32
     (4 bytes an element) becomes int8 (1), except the biases (input 2 of a convolution or a
     fully connected op), which become int32 (4 bytes, as before)."""

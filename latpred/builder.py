@@ -28,13 +28,10 @@ from __future__ import annotations
 import operator
 from typing import Iterable, Sequence
 
+from latpred.build_passes import _finish
 from latpred.errors import ShapeError
 from latpred.graph import ACTIVATIONS, Graph, Op, Tensor
 from latpred.shapes import infer_shapes, pair, reshape_target, resolve_sizes
-
-_FUSABLE_ACTIVATIONS = {"RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1"}
-_TAKES_FUSED_ACTIVATION = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "AVERAGE_POOL_2D",
-                           "MAX_POOL_2D", "ADD", "SUB", "MUL", "DIV"}
 
 
 class GraphBuilder:
@@ -389,61 +386,3 @@ def _paddings(paddings, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
         raise ShapeError(f"pad paddings {paddings!r} must give non-negative (before, after) "
                          f"pairs for the {len(shape)} axes of {shape}.")
     return pads
-
-
-# -- build passes --------------------------------------------------------------------------------
-def _finish(tensors: list[Tensor], ops: list[Op], inputs: list[int], outputs: list[int],
-            name: str, fuse: bool) -> Graph:
-    if not outputs:
-        read = {t for op in ops for t in op.inputs}
-        outputs = [t for op in ops for t in op.outputs if t not in read]
-    ops = _fuse_activations(ops, set(outputs)) if fuse else list(ops)
-    ops = _live_ops(ops, outputs)
-    keep = dict.fromkeys([*inputs, *(t for op in ops for t in (*op.inputs, *op.outputs)),
-                          *outputs])
-    keep.pop(-1, None)
-    if len(keep) == len(tensors):   # nothing dropped: ids stay as they are
-        return Graph(tuple(tensors), tuple(ops), tuple(inputs), tuple(outputs), name)
-    new = {old: i for i, old in enumerate(sorted(keep))}
-    new[-1] = -1
-    return Graph(tensors=tuple(tensors[t] for t in sorted(keep)),
-                 ops=tuple(Op(op.type, tuple(new[t] for t in op.inputs),
-                              tuple(new[t] for t in op.outputs), op.attrs) for op in ops),
-                 inputs=tuple(new[t] for t in inputs), outputs=tuple(new[t] for t in outputs),
-                 name=name)
-
-
-def _fuse_activations(ops: list[Op], outputs: set[int]) -> list[Op]:
-    """Fold RELU/RELU6/RELU_N1_TO_1 into the op producing their input, when that is its only
-    use and the producer can carry a fused activation."""
-    readers: dict[int, int] = {}
-    for op in ops:
-        for t in set(op.inputs):
-            readers[t] = readers.get(t, 0) + 1
-    producer = {t: i for i, op in enumerate(ops) for t in op.outputs}
-    result: list[Op | None] = list(ops)
-    for j, op in enumerate(ops):
-        act = _FUSABLE_ACTIVATIONS.get(op.type)
-        t = op.inputs[0] if act else -1
-        p = producer.get(t)
-        if p is None or readers.get(t) != 1 or t in outputs:
-            continue
-        prev = result[p]
-        if prev is None or prev.type not in _TAKES_FUSED_ACTIVATION or prev.activation != "NONE":
-            continue
-        result[p] = Op.make(prev.type, prev.inputs, op.outputs,
-                            **{**prev.attr_dict, "activation": act})
-        producer[op.outputs[0]] = p
-        result[j] = None
-    return [op for op in result if op is not None]
-
-
-def _live_ops(ops: list[Op], outputs: list[int]) -> list[Op]:
-    """Drop ops none of whose results reach a graph output (the converter prunes them)."""
-    needed = set(outputs)
-    live = []
-    for op in reversed(ops):
-        if needed.intersection(op.outputs):
-            live.append(op)
-            needed.update(op.inputs)
-    return live[::-1]

@@ -22,7 +22,7 @@ import numpy as np
 
 from latpred.profile.litert_cpu import REALTIME_PRIORITY, pinned_cpus, realtime_allowed
 from latpred.profile.litert_profiler import _Session
-from latpred.profile.runner import model_bytes
+from latpred.profile.prepare import model_bytes
 
 
 def _block(session: _Session, runs: int) -> float:

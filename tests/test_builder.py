@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from latpred.builder import GraphBuilder
 from latpred.errors import ShapeError
 from latpred.graph import Graph
-from latpred.shapes import validate_graph
+from latpred.graph_checks import validate_graph
 
 
 def _only(graph: Graph, op_type: str):

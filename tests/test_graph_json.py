@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from latpred.graph_json import graph_from_json, graph_to_json
-from latpred.profile.runner import with_graph
+from latpred.profile.prepare import with_graph
 from latpred.sampler import build_graph, sample
 from latpred.tflite import read_tflite
 

@@ -375,13 +375,13 @@ def test_profile_resumes_after_kill_9_without_losing_or_duplicating_rows(tmp_pat
 
 
 def test_a_model_without_deducible_kernels_is_still_measured_end_to_end(tmp_path, monkeypatch):
-    import latpred.profile.runner as runner
+    import latpred.profile.prepare as prepare
     from latpred.errors import UnsupportedOpError
 
     def no_rule(graph, target, *args, **kwargs):
         raise UnsupportedOpError("No kernel rule for operation FOO on host.")
 
-    monkeypatch.setattr(runner, "kernel_plans", no_rule)
+    monkeypatch.setattr(prepare, "kernel_plans", no_rule)
     paths = _write_models(tmp_path, [(16, "conv")])
     profile_models(paths, parse_target(TARGET), tmp_path / "ds", _measurer(),
                    RunOptions(retest_fraction=0), progress=False)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from latpred.cli import main
 from latpred.deduce import deduce
-from latpred.shapes import validate_graph
+from latpred.graph_checks import validate_graph
 from latpred.tflite import read_tflite, write_tflite
 from latpred.zoo import ZOO, UnknownModelError, build, get, mac_count, param_count
 from latpred.zoo.common import make_divisible

@@ -88,7 +88,7 @@ class Campaign:
 
     # -- the campaign --------------------------------------------------------------------------
     def run(self) -> None:
-        from latpred.profile.runner import _prepare
+        from latpred.profile.prepare import _prepare
 
         done = self.ds.measured_ids(self.name)
         todo = [e for e in self.entries if e.model_id not in done]
@@ -189,7 +189,7 @@ class Campaign:
         self.ds.write_json(RETEST_FILE, every)
 
     def _retest(self, sample, phase: str) -> dict[str, Any]:
-        from latpred.profile.runner import _prepare
+        from latpred.profile.prepare import _prepare
 
         out: dict[str, Any] = {"t": time.time()}
         for i, batch in enumerate(_batches(sample, self.batch_size)):

@@ -63,7 +63,7 @@ def _isolated_pairs(sample, by_id, ok, target, ds, worker, measurer, options, pr
     """(first, again) latencies: each model end to end, each kernel configuration alone."""
     from tqdm import tqdm
 
-    from latpred.profile.runner import model_bytes
+    from latpred.profile.prepare import model_bytes
 
     cache = {h: s for h, s in ds.config_cache(str(target)).items() if s.status == "ok"}
     e2e, kern, seen = [], [], set()
@@ -91,7 +91,7 @@ def _in_context_pairs(sample, by_id, ok, target, ds, worker, measurer, options, 
     from tqdm import tqdm
 
     from latpred.profile.op_attribution import kernel_stats, model_stats
-    from latpred.profile.runner import model_bytes
+    from latpred.profile.prepare import model_bytes
 
     kernels = ds.kernels(str(target))
     kernels = kernels[kernels["status"] == "ok"]

@@ -1,15 +1,16 @@
 """Checks the reader runs on every graph: what a file must satisfy before later stages trust it.
 
-Shape inference proper lives in `latpred/shapes.py` (`validate_graph`, called last); this module
-adds what the reader itself relies on (operand counts, ranks of convolution operands, positive
-strides) and derives the shape-dependent attributes (CONV_2D groups, depthwise multiplier).
+Shape inference proper lives in `latpred/shapes.py`, applied to the whole graph by
+`latpred/graph_checks.py` (`validate_graph`, called last); this module adds what the reader
+itself relies on (operand counts, ranks of convolution operands, positive strides) and derives
+the shape-dependent attributes (CONV_2D groups, depthwise multiplier).
 """
 
 from __future__ import annotations
 
 from latpred.errors import ShapeError
 from latpred.graph import Graph, Op, Tensor
-from latpred.shapes import validate_graph
+from latpred.graph_checks import validate_graph
 
 # Operand counts (minimum inputs, minimum outputs) of the ops the reader derives attributes for
 # or that later stages index blindly.

@@ -30,6 +30,7 @@ from latpred.profile.interleaved import BatchRequest, ModelRounds
 from latpred.profile.interleaved_rows import e2e_and_kernels, extras, kernel_stats, model_stats
 from latpred.profile.kernels import kernel_row
 from latpred.profile.noise import retest_sample
+from latpred.profile.prepare import _prepare
 
 RETEST_FILE = "retest.json"
 
@@ -88,8 +89,6 @@ class Campaign:
 
     # -- the campaign --------------------------------------------------------------------------
     def run(self) -> None:
-        from latpred.profile.prepare import _prepare
-
         done = self.ds.measured_ids(self.name)
         todo = [e for e in self.entries if e.model_id not in done]
         retest = self._retest_state(todo)
@@ -189,8 +188,6 @@ class Campaign:
         self.ds.write_json(RETEST_FILE, every)
 
     def _retest(self, sample, phase: str) -> dict[str, Any]:
-        from latpred.profile.prepare import _prepare
-
         out: dict[str, Any] = {"t": time.time()}
         for i, batch in enumerate(_batches(sample, self.batch_size)):
             preps = [_prepare(e, self.target, self.options) for e in batch]

@@ -18,6 +18,7 @@ import numpy as np
 
 from latpred.errors import LatpredError
 from latpred.profile.kernels import kernel_plans
+from latpred.profile.prepare import model_bytes
 from latpred.profile.protocol import retest_mdape
 
 if TYPE_CHECKING:
@@ -63,8 +64,6 @@ def _isolated_pairs(sample, by_id, ok, target, ds, worker, measurer, options, pr
     """(first, again) latencies: each model end to end, each kernel configuration alone."""
     from tqdm import tqdm
 
-    from latpred.profile.prepare import model_bytes
-
     cache = {h: s for h, s in ds.config_cache(str(target)).items() if s.status == "ok"}
     e2e, kern, seen = [], [], set()
     for model_id in tqdm(sample, desc="noise floor", unit="model", disable=not progress):
@@ -91,7 +90,6 @@ def _in_context_pairs(sample, by_id, ok, target, ds, worker, measurer, options, 
     from tqdm import tqdm
 
     from latpred.profile.op_attribution import kernel_stats, model_stats
-    from latpred.profile.prepare import model_bytes
 
     kernels = ds.kernels(str(target))
     kernels = kernels[kernels["status"] == "ok"]

@@ -21,7 +21,8 @@ KERNEL_TYPES = (
     # A quantized op the XNNPACK delegate declines (`xnnpack_int8.declined`) runs as TFLite's
     # own integer kernel, another implementation with another cost (int8 RELU / HARD_SWISH /
     # AVERAGE_POOL_2D: 10-46x XNNPACK's fp32 time on the host), so it is a type of its own with
-    # the features of its base type.
+    # the features of its base type (builtin_activation: without the shape's dims,
+    # features.kernel).
     "conv2d", "grouped_conv2d", "dwconv2d", "fc", "pool", "concat", "split", "elementwise",
     "activation", "softmax"))
 

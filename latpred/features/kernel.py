@@ -129,9 +129,9 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
 # size (`MatchingFlatSize` in tensorflow/lite/kernels/internal/reference/hard_swish.h HardSwish
 # and reference_ops.h ReluX, as read in TensorFlow's source, not at LiteRT 2.3.0's tag), so
 # their cost is per element whatever the shape (3.0-3.3 ns an element for HARD_SWISH on the
-# third VM's synthetic and zoo models alike); with the shape's dims
-# as terms, regressors fitted on synthetic models of at most 160 channels priced MobileNetV3's
-# 1x1x1280 HARD_SWISH up to 28x its time (docs/fewshot.md, session 25).
+# third VM's synthetic and zoo models alike); with the shape's dims as terms, regressors
+# fitted on synthetic models of at most 160 channels priced MobileNetV3's 1x1x1280
+# HARD_SWISH up to 28x its time (docs/fewshot.md, session 25).
 FEATURES = {**FEATURES, **{t: FEATURES[base_type(t)] for t in KERNEL_TYPES if t not in FEATURES},
             "builtin_activation": ("input_size", "flops") + _TAIL + _OP}
 

@@ -8,8 +8,8 @@ Where the source device measured the same architectures as the new device (the s
 third VMs' int8 synthetic sets are the same 150 models), a source trained on all of them has
 seen the new device's test models. This trains on the source datasets' models minus the
 models `latpred evaluate --protocol fewshot --data NEW_DS` (without --train-data) holds out
-for testing: its own split (`evaluate.data.split_ids`, seed 0, all but the largest number of
-shots), so the report scores only architectures the source never saw.
+for testing: its own split (`evaluate.fewshot.pool_and_test` of the models it loads, seed 0),
+so the report scores only architectures the source never saw.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from latpred.dataset import Dataset  # noqa: E402
 from latpred.dataset_merge import merge_datasets  # noqa: E402
-from latpred.evaluate.data import split_ids  # noqa: E402
+from latpred.evaluate.data import load_eval_set  # noqa: E402
+from latpred.evaluate.fewshot import pool_and_test  # noqa: E402
 from latpred.predictors import LatencyModel  # noqa: E402
 
 
@@ -36,10 +37,8 @@ def main() -> None:
     ap.add_argument("--family", default="gbdt")
     ap.add_argument("--shots", default="10,30")
     args = ap.parse_args()
-    new = Dataset(Path(args.new_data)).models()
-    ids = new[new["target"] == args.target]["model_id"]
-    n_test = len(ids) - max(int(s) for s in args.shots.split(","))
-    _, test = split_ids(ids, n_test, 0)
+    shots = [int(s) for s in args.shots.split(",")]
+    _, test = pool_and_test(load_eval_set(Path(args.new_data), args.target).model_ids, shots)
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(args.source_data[0])
         if len(args.source_data) > 1:

@@ -34,6 +34,14 @@ SHOTS = (10, 20, 30)
 DRAWS = 10
 
 
+def pool_and_test(model_ids: Sequence[str], shots: Sequence[int] = SHOTS, seed: int = 0,
+                  n_test: int | None = None) -> tuple[list[str], list[str]]:
+    """The pool the few models are drawn from and the test models, where one dataset holds
+    both (`model_ids`: its `load_eval_set` models): all but the largest number of shots are
+    held out for testing, unless `n_test` says otherwise."""
+    return split_ids(model_ids, n_test or max(1, len(model_ids) - max(shots)), seed)
+
+
 def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
                      draws: int = DRAWS, test_dataset=None, n_test: int | None = None,
                      families: Sequence[str] = ("gbdt", "lasso"), seed: int = 0,
@@ -46,8 +54,7 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
     if test_dataset is not None:
         pool, test = list(everything.model_ids), load_eval_set(test_dataset, target)
     else:
-        n_test = n_test or max(1, len(everything) - max(shots))
-        pool, test_ids = split_ids(everything.model_ids, n_test, seed)
+        pool, test_ids = pool_and_test(everything.model_ids, shots, seed, n_test)
         test = everything.subset(test_ids)
     usable = [n for n in sorted(set(shots)) if n <= len(pool)]
     if not usable:

@@ -115,6 +115,14 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "elementwise": ("input_h", "input_w", "input_c", "input_size", "output_size", "n_inputs",
                     "broadcast", "flops") + _TAIL + _OP,
     "activation": _ACTIVATION + _TAIL + _OP,
+    # TFLite's own 8-bit activations (ops XNNPACK declines) loop over the tensor's flat size
+    # (`MatchingFlatSize` in tensorflow/lite/kernels/internal/reference/hard_swish.h HardSwish
+    # and reference_ops.h ReluX, as read in TensorFlow's source, not at LiteRT 2.3.0's tag), so
+    # their cost is per element whatever the shape (3.0-3.3 ns an element for HARD_SWISH on the
+    # third VM's synthetic and zoo models alike); with the shape's dims as terms, regressors
+    # fitted on synthetic models of at most 160 channels priced MobileNetV3's 1x1x1280
+    # HARD_SWISH up to 28x its time (docs/fewshot.md, session 25).
+    "builtin_activation": ("input_size", "flops") + _TAIL + _OP,
     "softmax": _ACTIVATION + _TAIL + _OP,
     "reshape": _GENERIC + _TAIL + _OP,
     "transpose": _GENERIC + _TAIL + _OP,
@@ -124,16 +132,9 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "gather": _GENERIC + _TAIL + _OP,
     "other": _GENERIC + _TAIL + _OP,
 }
-# A TFLite builtin kernel of a quantized op has its base type's columns (`builtin_pool`: pool's),
-# but for the activations: TFLite's own 8-bit activation kernels loop over the tensor's flat
-# size (`MatchingFlatSize` in tensorflow/lite/kernels/internal/reference/hard_swish.h HardSwish
-# and reference_ops.h ReluX, as read in TensorFlow's source, not at LiteRT 2.3.0's tag), so
-# their cost is per element whatever the shape (3.0-3.3 ns an element for HARD_SWISH on the
-# third VM's synthetic and zoo models alike); with the shape's dims as terms, regressors
-# fitted on synthetic models of at most 160 channels priced MobileNetV3's 1x1x1280
-# HARD_SWISH up to 28x its time (docs/fewshot.md, session 25).
-FEATURES = {**FEATURES, **{t: FEATURES[base_type(t)] for t in KERNEL_TYPES if t not in FEATURES},
-            "builtin_activation": ("input_size", "flops") + _TAIL + _OP}
+# A TFLite builtin kernel of a quantized op has its base type's columns (`builtin_pool`: pool's)
+# unless it has its own above.
+FEATURES = {**FEATURES, **{t: FEATURES[base_type(t)] for t in KERNEL_TYPES if t not in FEATURES}}
 
 _GETTERS = {k: itemgetter(*cols) for k, cols in FEATURES.items()}
 _LINKED_ELEMENTWISE = frozenset(BINARY)

@@ -100,21 +100,14 @@ def _bias(keys: Sequence[tuple[int, str, str]]) -> float:
 
 def kernel_events(graph, kernels, keys: Sequence[tuple[int, str, str]]) -> list[list[int]]:
     """Per kernel, the indices of the profiled operators that belong to its ops."""
-    from latpred.profile.op_attribution import attribute_to_graph
+    from latpred.profile.op_attribution import attribute_to_graph, kernel_members
 
     try:
         attributed = attribute_to_graph(graph, _Ops(tuple(_Op(*k) for k in keys)))
     except (ValueError, IndexError) as err:
         raise MeasurementError(f"The profile does not map onto the model's ops ({err}).") from None
-    by_op = {a.op_index: a for a in attributed}
-    out = []
-    for kernel in kernels:
-        missing = [i for i in kernel.ops if i not in by_op]
-        if missing:
-            raise MeasurementError(f"Kernel {kernel.type} reads ops {missing} that the profile "
-                                   "does not cover.")
-        out.append([j for i in kernel.ops for j in by_op[i].events])
-    return out
+    return [[j for a in members for j in a.events]
+            for members in kernel_members(attributed, kernels)]
 
 
 def kernel_stats(graph, kernels, rounds: ModelRounds, estimator: str) -> list[dict[str, Any]]:

@@ -147,6 +147,15 @@ class KernelTiming:
 def kernel_timings(attributed: Sequence[GraphOpTiming], kernels: Sequence[Kernel],
                    n_runs: int) -> tuple[KernelTiming, ...]:
     """Per kernel, the summed in-context times of its ops (`attribute_to_graph`'s output)."""
+    return tuple(KernelTiming(mean_us=float(sum(a.mean_us for a in members)),
+                              iqr_us=float(sum(a.iqr_us for a in members)),
+                              min_us=float(sum(a.min_us for a in members)), n_runs=n_runs)
+                 for members in kernel_members(attributed, kernels))
+
+
+def kernel_members(attributed: Sequence, kernels: Sequence[Kernel]) -> list[list]:
+    """Per kernel, the `attribute_to_graph` entries of its ops; a MeasurementError names a
+    kernel with an op the profile does not cover."""
     by_op = {a.op_index: a for a in attributed}
     out = []
     for kernel in kernels:
@@ -154,11 +163,8 @@ def kernel_timings(attributed: Sequence[GraphOpTiming], kernels: Sequence[Kernel
         if missing:
             raise MeasurementError(f"Kernel {kernel.type} reads ops {missing} that the profile "
                                    "does not cover.")
-        members = [by_op[i] for i in kernel.ops]
-        out.append(KernelTiming(mean_us=float(sum(a.mean_us for a in members)),
-                                iqr_us=float(sum(a.iqr_us for a in members)),
-                                min_us=float(sum(a.min_us for a in members)), n_runs=n_runs))
-    return tuple(out)
+        out.append([by_op[i] for i in kernel.ops])
+    return out
 
 
 # -- dataset columns from one in-context profile --------------------------------------------------

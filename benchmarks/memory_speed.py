@@ -3,10 +3,11 @@
 Times, on the same fresh graphs sampled from search_space/synthetic_cnn.yaml (building them is
 not timed): `predict_many` alone, `memory_totals` alone (the arena plan, XNNPACK workspace and
 packed weights; no per-op rows) and `predict_many_with_memory` (both), in CPU seconds
-(`time.process_time`) and graphs per second.
+(`time.process_time`) and graphs per second: the median over rounds, each of which runs every
+case once.
 
 Run: .venv/bin/python benchmarks/memory_speed.py [--predictor DIR] [--graphs 2000]
-     [--repeats 3]
+     [--repeats 7]
 Without --predictor a GBDT predictor is trained on a simulated dataset (as predict_speed.py).
 Not while /tmp/CAMPAIGN_RUNNING exists.
 """
@@ -30,7 +31,7 @@ from latpred.memory import memory_totals, predict_many_with_memory  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_predictor_arguments(ap, graphs=2000, repeats=3)
+    add_predictor_arguments(ap, graphs=2000, repeats=7)
     args = ap.parse_args()
     if Path("/tmp/CAMPAIGN_RUNNING").exists():
         sys.exit("A timing campaign is running (/tmp/CAMPAIGN_RUNNING); try later.")
@@ -43,20 +44,23 @@ def main() -> None:
     cases = {"latency (predict_many)": lambda g: model.predict_many(g),
              "memory (memory_totals)": lambda g: memory_totals(g, args.target),
              "both (predict_many_with_memory)": lambda g: predict_many_with_memory(model, g)}
-    rate = {}
-    for name, fn in cases.items():
-        cpu = []
-        for _ in range(args.repeats):
+    # Interleaved rounds (each case once per round, on fresh graphs): this VM's speed drifts by
+    # 5-15% within minutes, which separate blocks of repeats per case read as a difference.
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.repeats):
+        for name, fn in cases.items():
             graphs = [build_graph(a) for a in archs]
             gc.collect()
             start = time.process_time()
             fn(graphs)
-            cpu.append(time.process_time() - start)
+            cpu[name].append(time.process_time() - start)
             del graphs
-        med = statistics.median(cpu)
+    rate = {}
+    for name in cases:
+        med = statistics.median(cpu[name])
         rate[name] = args.graphs / med
         print(f"{name}: median {med:.2f} s CPU for {args.graphs} graphs = "
-              f"{rate[name]:,.0f} graphs/s ({args.repeats} repeats)", flush=True)
+              f"{rate[name]:,.0f} graphs/s ({args.repeats} interleaved rounds)", flush=True)
     both, alone = rate["both (predict_many_with_memory)"], rate["latency (predict_many)"]
     print(f"with memory / latency alone: {both / alone:.0%}")
 

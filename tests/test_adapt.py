@@ -285,7 +285,7 @@ def test_a_source_of_another_precision_sees_the_new_kernels_in_its_own_bytes(pai
     assert back.feature_scale == want and back.predict(X) == pytest.approx(reg.predict(X))
 
 
-def test_the_source_overhead_is_kept_scaled_unless_a_refit_cross_validates_better(pair):
+def test_the_source_overhead_is_kept_scaled_unless_pinned_cross_validates_better(pair):
     from latpred.predictors.adapt.auto import AUTO_TOLERANCE
     from latpred.predictors.overhead import fit_overhead
 
@@ -301,12 +301,13 @@ def test_the_source_overhead_is_kept_scaled_unless_a_refit_cross_validates_bette
     refit = adapt(source, k, m, NEW, "scale", overhead="refit")
     want = fit_overhead(m["n_kernels"], m["kernel_sum_ms"], m["latency_ms"], "auto", 0)
     assert refit.overhead == want and refit.types.keys() == scaled.types.keys()
+    pinned = adapt(source, k, m, NEW, "scale", overhead="pinned")
     auto = adapt(source, k, m, NEW, "auto")
     cv = auto.training["overhead_cv_mape"]
-    assert set(cv) == {"scaled", "refit"}
+    assert set(cv) == {"scaled", "pinned"}    # `refit` only when asked for
     assert (auto.training["overhead"] == "scaled") == \
         (cv["scaled"] <= (1 + AUTO_TOLERANCE) * min(cv.values()))
-    assert auto.overhead == (scaled if auto.training["overhead"] == "scaled" else refit).overhead \
+    assert auto.overhead == (scaled if auto.training["overhead"] == "scaled" else pinned).overhead \
         or auto.training["method"] != "scale"
     with pytest.raises(PredictorError, match="Unknown overhead"):
         adapt(source, k, m, NEW, "scale", overhead="zero")
@@ -476,3 +477,39 @@ def test_a_source_with_a_typed_overhead_adapts_with_each_types_cost(pair):
     if model.training["overhead"] == "scaled":
         assert model.overhead.types == typed.overhead.types
     assert _e2e_mape(model, new_ds, sorted(rest["model_id"])) < 0.25
+
+
+def test_the_pinned_overhead_keeps_the_sources_cost_per_kernel_and_refits_the_rest(pair):
+    """`pinned`: b = the source's cost per kernel times the common factor; a and c recovered
+    exactly where the few models follow a + b n + c s, by weighted least squares otherwise."""
+    from latpred.predictors.adapt.auto import PINNED_MIN_MODELS, pinned_overhead
+    from latpred.predictors.overhead import OverheadModel
+
+    rng = np.random.default_rng(3)
+    n = rng.integers(15, 60, 12).astype(float)
+    s = rng.uniform(0.5, 40.0, 12)
+    src = OverheadModel("linear", 0.01, 0.002, 0.03)
+    a, c, f = 0.05, 0.04, 1.5
+    e = s + a + src.per_kernel * f * n + c * s
+    got = pinned_overhead(src, f, n, s, e)
+    assert (got.kind, got.n_models) == ("pinned", 12)
+    assert (got.intercept, got.per_kernel, got.per_kernel_ms) == pytest.approx((a, 0.003, c))
+    noisy = e * rng.uniform(0.95, 1.05, 12)
+    got = pinned_overhead(src, f, n, s, noisy)
+    w = 1.0 / noisy
+    X = np.column_stack([np.ones(12), s]) * w[:, None]
+    want, *_ = np.linalg.lstsq(X, (noisy - s - 0.003 * n) * w, rcond=None)
+    assert (got.intercept, got.per_kernel_ms) == pytest.approx(tuple(want))
+    # too few models for two coefficients: the source's share of the kernel sum stays
+    few = pinned_overhead(src, f, n[:PINNED_MIN_MODELS - 1], s[:PINNED_MIN_MODELS - 1],
+                          e[:PINNED_MIN_MODELS - 1])
+    assert few.per_kernel_ms == src.per_kernel_ms and few.per_kernel == pytest.approx(0.003)
+    # through adapt: the model's overhead is the pinned fit on the few models
+    source, new_ds, _ = pair
+    k, m, _, _ = _split(new_ds, 20)
+    model = adapt(source, k, m, NEW, "scale", overhead="pinned")
+    factor = model.training["common_factor"]
+    want = pinned_overhead(source.overhead, factor, *(m[col].to_numpy(float) for col in
+                                                      ("n_kernels", "kernel_sum_ms",
+                                                       "latency_ms")))
+    assert model.training["overhead"] == "pinned" and model.overhead == want

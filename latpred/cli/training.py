@@ -57,9 +57,10 @@ def train(data: str, target_name: str, family: str, search: str, overhead: str, 
                    "DATA, each kernel type then mixed with a Lasso trained on DATA alone by the "
                    "weight the same folds favour.")
 @click.option("--overhead", default="auto", show_default=True,
-              type=click.Choice(["auto", "scaled", "refit"]),
-              help="The source's overhead times the common factor, one re-fitted on DATA, or "
-                   "the re-fitted one only where it cross-validates over 5% better.")
+              type=click.Choice(["auto", "scaled", "pinned", "refit"]),
+              help="The source's overhead times the common factor; that with its cost per "
+                   "kernel kept and the rest re-fitted on DATA; one re-fitted on DATA; or "
+                   "the pinned one only where it cross-validates over 5% better.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Predictor directory to write.")

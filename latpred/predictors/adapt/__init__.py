@@ -30,11 +30,15 @@ on the new device, what differs (HELP and LitePred adapt from as few; nn-Meter r
 
 Kernel types the source never measured are trained from the new device's rows alone (the
 fallback Lasso on FLOPs and bytes when too few). The overhead (end to end minus the kernel sum)
-is either the source's, its milliseconds times the common factor (`scaled`), or re-fitted on
-the few models (`refit`, constant under 10 models, as in training); `auto` cross-validates both
-and keeps `scaled` unless `refit` is better by more than AUTO_TOLERANCE: an overhead learned
-from 10-30 small models did not carry to zoo models of 100+ kernels (t1 -> t2: 9.3% against
-the source's scaled, docs/fewshot.md), which folds of those same small models cannot show.
+is the source's, its milliseconds times the common factor (`scaled`); or the source's cost
+per kernel times that factor with the intercept and the share of the kernel sum re-fitted on
+the few models (`pinned`); or one re-fitted on them (`refit`, constant under 10 models, as in
+training). `auto` cross-validates `scaled` and `pinned` and keeps `scaled` unless `pinned` is
+better by more than AUTO_TOLERANCE. `refit` is not weighed: the few models cannot pin down a
+cost per kernel (their kernel count grows with their latency), and the zoo's 100+ kernel
+models multiply what it gets wrong (t1 -> t2: 9.3% against the source's scaled; the third
+VM's t2 zoo 10.5% from 30 models; docs/fewshot.md), which folds of the same small models do
+not show (`auto.pinned_overhead`).
 The result is an ordinary LatencyModel: its adapted types hold an `AdaptedRegressor` that saves
 and loads like any family. A source type with the launch-pattern stage (predictors/launch.py)
 keeps its classifier: the adapted regressor embeds both artifacts. The modules: `wrappers`
@@ -49,14 +53,15 @@ from typing import Any
 import pandas as pd
 
 from latpred.errors import PredictorError
-from latpred.predictors.adapt.auto import (OVERHEAD_SIMPLEST_FIRST, SIMPLEST_FIRST, choose,
-                                          cross_validate, fit_adapted_overhead)
+from latpred.predictors.adapt.auto import (OVERHEAD_KINDS, OVERHEAD_SIMPLEST_FIRST,
+                                          SIMPLEST_FIRST, choose, cross_validate,
+                                          fit_adapted_overhead)
 from latpred.predictors.adapt.blend import blend_types, scratch_types
 from latpred.predictors.adapt.types import adapt_types
 from latpred.predictors.training import fit_fallback
 
 METHODS = ("auto", *SIMPLEST_FIRST)
-OVERHEADS = ("auto", *OVERHEAD_SIMPLEST_FIRST)
+OVERHEADS = ("auto", *OVERHEAD_KINDS)
 # `type`: `auto` mixes each kernel type's adapted prediction with a regressor trained on the
 # new rows alone, weighted by cross-validation (blend.BLEND_WEIGHTS, blend.PARTNERS); `none`:
 # the adapted types alone.

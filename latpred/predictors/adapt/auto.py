@@ -71,7 +71,7 @@ def pinned_overhead(source_overhead, factor: float, n: np.ndarray, s: np.ndarray
     third VM's t2 pool, the source's 1.3) and the zoo's 20-341 kernels multiply the swing;
     the intercept and the share of the kernel sum are what the few models do show. Overhead
     alone (measured kernel sums plus each overhead) on the ten zoo pairs, 10 / 30 models:
-    pinned 1.70 / 1.76% MAPE, scaled 2.06 / 2.10%, refit 6.8 / 3.1% (docs/fewshot.md,
+    pinned 1.7 / 1.8% MAPE, scaled 2.1 / 2.1%, refit 7.6 / 3.1% (docs/fewshot.md,
     session 27). A typed source's costs per type are not kept: b is its mean cost a kernel."""
     from sklearn.linear_model import LinearRegression
 

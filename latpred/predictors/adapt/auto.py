@@ -64,7 +64,8 @@ def pinned_overhead(source_overhead, factor: float, n: np.ndarray, s: np.ndarray
     """The overhead a + b * n_kernels + c * kernel_sum_ms with b the source's cost per kernel
     times `factor` and a, c fitted on the few models (`n`, `s`, `e`: their kernel counts,
     measured kernel sums and end-to-end latencies) by least squares weighted 1 / e^2, as
-    `overhead.fit_overhead` does; under PINNED_MIN_MODELS models only a, c kept the source's.
+    `overhead.fit_overhead` does; under PINNED_MIN_MODELS models only a is fitted, c is the
+    source's.
 
     Why b is kept: the few synthetic models span 15-56 kernels and their kernel count grows
     with their latency, so a re-fit's b swings between draws (-0.3 to 8.3 us a kernel on the

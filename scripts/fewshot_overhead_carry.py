@@ -6,7 +6,7 @@
 On the few-shot protocol's draws (seed 0: 3 draws of 10 models, then 3 of 30, from `--pool`;
 without `--test` the pool and test models are `evaluate.fewshot.pool_and_test`'s split of
 `--pool`), each of `adapt`'s overhead kinds (`scaled`, `pinned`, `refit`) is fitted as `adapt`
-fits it (the common factor of `adapt(..., "scale")`) and scored on the test models with their
+fits it (the common factor of `adapt_types(..., "scale")`) and scored on the test models with their
 *measured* kernel sums, so only the overhead errs: MAPE and mean signed error (% of the end-to-
 end latency), per size and per draw, and each draw's coefficients (intercept and cost per
 kernel in us, share of the kernel sum in %).
@@ -22,11 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from latpred.evaluate.data import load_eval_set  # noqa: E402
-from latpred.evaluate.fewshot import pool_and_test  # noqa: E402
+from latpred.evaluate.fewshot import draw_ids, pool_and_test_sets  # noqa: E402
 from latpred.predictors import LatencyModel  # noqa: E402
-from latpred.predictors.adapt import adapt  # noqa: E402
 from latpred.predictors.adapt.auto import OVERHEAD_KINDS, fit_adapted_overhead  # noqa: E402
+from latpred.predictors.adapt.types import adapt_types  # noqa: E402
 from latpred.predictors.training import load_tables  # noqa: E402
 
 SIZES = (10, 30)
@@ -41,34 +40,25 @@ def main() -> None:
     ap.add_argument("--test", default=None)
     args = ap.parse_args()
     source = LatencyModel.load(args.predictor)
-    everything = load_eval_set(args.pool, args.target)
-    if args.test is None:
-        pool, test_ids = pool_and_test(everything.model_ids, SIZES)
-        test = everything.subset(test_ids)
-    else:
-        pool, test = list(everything.model_ids), load_eval_set(args.test, args.target)
+    _, pool, test = pool_and_test_sets(args.pool, args.target, SIZES, test_dataset=args.test)
     kernels, models = load_tables(args.pool, args.target, pool)
     aligned = np.array(test.aligned, bool)
     n = np.array([len(k) for k in test.kernels])[aligned]
     s = np.array([sum(ms) for ms in test.kernel_ms])[aligned]
     y = np.array(test.measured_ms)[aligned]
-    rng = np.random.default_rng(0)
     errors: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    for size in SIZES:
-        for draw in range(DRAWS):
-            ids = sorted(rng.choice(pool, size=size, replace=False))
-            k, m = kernels[kernels.model_id.isin(ids)], models[models.model_id.isin(ids)]
-            factor = adapt(source, k, m, args.target, "scale", 0,
-                           overhead="scaled").training["common_factor"]
-            coefs = []
-            for kind in OVERHEAD_KINDS:
-                oh = fit_adapted_overhead(kind, source.overhead, factor, m, 0)
-                e = (s + oh.predict(n, s)) / y - 1
-                errors.setdefault((size, kind), []).append((np.abs(e).mean() * 100,
-                                                            e.mean() * 100))
-                coefs.append(f"{kind} {oh.intercept * 1e3:.1f} / {oh.per_kernel * 1e3:.2f} / "
-                             f"{oh.per_kernel_ms * 100:.2f}")
-            print(f"{size} models, draw {draw + 1}: " + "; ".join(coefs))
+    for size, draw, ids in draw_ids(pool, SIZES, DRAWS):
+        k, m = kernels[kernels.model_id.isin(ids)], models[models.model_id.isin(ids)]
+        _, factor = adapt_types(source, k, args.target, "scale", 0)
+        coefs = []
+        for kind in OVERHEAD_KINDS:
+            oh = fit_adapted_overhead(kind, source.overhead, factor, m, 0)
+            e = (s + oh.predict(n, s)) / y - 1
+            errors.setdefault((size, kind), []).append((np.abs(e).mean() * 100,
+                                                        e.mean() * 100))
+            coefs.append(f"{kind} {oh.intercept * 1e3:.1f} / {oh.per_kernel * 1e3:.2f} / "
+                         f"{oh.per_kernel_ms * 100:.2f}")
+        print(f"{size} models, draw {draw + 1}: " + "; ".join(coefs))
     print(f"{len(y)} test models; overhead alone (measured kernel sums):")
     for (size, kind), v in errors.items():
         v = np.array(v)

@@ -20,7 +20,7 @@ deviation); the methods shown in detail are those of the last draw at the larges
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -42,6 +42,28 @@ def pool_and_test(model_ids: Sequence[str], shots: Sequence[int] = SHOTS, seed: 
     return split_ids(model_ids, n_test or max(1, len(model_ids) - max(shots)), seed)
 
 
+def pool_and_test_sets(dataset, target: str, shots: Sequence[int] = SHOTS, seed: int = 0,
+                       test_dataset=None, n_test: int | None = None
+                       ) -> tuple[EvalSet, list[str], EvalSet]:
+    """The evaluation set of `dataset`, the ids of the pool the few models are drawn from and
+    the test set: `test_dataset` whole, else `pool_and_test`'s split of `dataset`."""
+    everything = load_eval_set(dataset, target)
+    if test_dataset is not None:
+        return everything, list(everything.model_ids), load_eval_set(test_dataset, target)
+    pool, test_ids = pool_and_test(everything.model_ids, shots, seed, n_test)
+    return everything, pool, everything.subset(test_ids)
+
+
+def draw_ids(pool: Sequence[str], sizes: Sequence[int], draws: int, seed: int = 0
+             ) -> Iterator[tuple[int, int, list[str]]]:
+    """(n, draw, the drawn model ids) for `draws` random draws of n pool models per size, in
+    the evaluator's order (one generator seeded with `seed` for all sizes)."""
+    rng = np.random.default_rng(seed)
+    for n in sizes:
+        for draw in range(draws):
+            yield n, draw, sorted(rng.choice(pool, size=n, replace=False))
+
+
 def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
                      draws: int = DRAWS, test_dataset=None, n_test: int | None = None,
                      families: Sequence[str] = ("gbdt", "lasso"), seed: int = 0,
@@ -50,12 +72,8 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
     from latpred.evaluate.protocols import Evaluation
     from latpred.predictors.training import load_tables
 
-    everything = load_eval_set(dataset, target)
-    if test_dataset is not None:
-        pool, test = list(everything.model_ids), load_eval_set(test_dataset, target)
-    else:
-        pool, test_ids = pool_and_test(everything.model_ids, shots, seed, n_test)
-        test = everything.subset(test_ids)
+    everything, pool, test = pool_and_test_sets(dataset, target, shots, seed, test_dataset,
+                                                n_test)
     usable = [n for n in sorted(set(shots)) if n <= len(pool)]
     if not usable:
         raise LatpredError(f"The pool has {len(pool)} models, fewer than the smallest number of "
@@ -63,21 +81,18 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
     kernels, models = load_tables(dataset, target, pool)
     as_is = score_latpred(source, test, "source as is", "baseline")
     rows, last = [], []
-    rng = np.random.default_rng(seed)
     done: dict[tuple, list[MethodResult]] = {}   # the same models give the same results
-    for n in usable:
-        for draw in range(draws):
-            ids = sorted(rng.choice(pool, size=n, replace=False))
-            if progress:
-                progress(f"{n} models, draw {draw + 1}/{draws}")
-            key = tuple(ids)   # at n = the pool's size every draw is the whole pool
-            if key not in done:
-                done[key] = _methods(source, kernels, models, ids, test, target, families, seed,
-                                     as_is, everything)
-            methods = done[key]
-            rows += [{"method": m.name, "n_train": n, "draw": draw, **m.metrics}
-                     for m in methods]
-            last = methods
+    for n, draw, ids in draw_ids(pool, usable, draws, seed):
+        if progress:
+            progress(f"{n} models, draw {draw + 1}/{draws}")
+        key = tuple(ids)   # at n = the pool's size every draw is the whole pool
+        if key not in done:
+            done[key] = _methods(source, kernels, models, ids, test, target, families, seed,
+                                 as_is, everything)
+        methods = done[key]
+        rows += [{"method": m.name, "n_train": n, "draw": draw, **m.metrics}
+                 for m in methods]
+        last = methods
     per_draw = pd.DataFrame(rows)
     notes = everything.notes + (test.notes if test_dataset is not None else ()) + (
         f"each figure is the mean over {draws} random draws of the n models from a pool of "

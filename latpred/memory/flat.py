@@ -15,6 +15,7 @@ every total equals `memory_totals`' (scripts/memory_fast_check.py).
 
 from __future__ import annotations
 
+from functools import cache
 from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Collection, NamedTuple, Sequence
@@ -183,14 +184,14 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     keys = batch.tensor_keys
     shapes = _Shapes(keys, key_ids, tensors.g_tens, graph_of)
 
-    key_dims: list[np.ndarray] = []     # every interned tensor's dims, made on first use
-
-    def dims(flat: np.ndarray) -> np.ndarray:
+    @cache
+    def key_dims() -> np.ndarray:
         # all the batch's interned shapes at once: the sized ops read ~90% of them, and one
         # pass over them costs half of picking the ones read (np.unique and a gather)
-        if not key_dims:
-            key_dims.append(cb.dims_rows([k[0] for k in keys]))
-        return key_dims[0][key_ids[flat]]
+        return cb.dims_rows([k[0] for k in keys])
+
+    def dims(flat: np.ndarray) -> np.ndarray:
+        return key_dims()[key_ids[flat]]
 
     def buffers(j: int) -> int:
         sig = shapes.signature(j, planned.ops[j])

@@ -38,6 +38,39 @@ _REASON = attrgetter("reason")
 
 
 def deduce_gpu(graph: Graph, target: Target) -> list[Kernel]:
+    kernels: list[Kernel] = []
+    for part in gpu_parts(graph, target):
+        kernels.extend(part.kernels())
+    return kernels
+
+
+class GpuPart:
+    """One subset of the graph as it runs: on the delegate (`nodes`, its fused kernels in
+    execution order, with the tensors they read and write) or op by op on the CPU."""
+
+    __slots__ = ("graph", "ops", "nodes", "_plans", "_entries", "_cpu_rules", "_reasons",
+                 "_limit")
+
+    def __init__(self, graph, ops, nodes, plans, entries, cpu_rules, reasons, limit):
+        self.graph, self.ops, self.nodes = graph, ops, nodes
+        self._plans, self._entries, self._cpu_rules = plans, entries, cpu_rules
+        self._reasons, self._limit = reasons, limit
+
+    @property
+    def delegated(self) -> bool:
+        return self.nodes is not None
+
+    def kernels(self) -> list[Kernel]:
+        if self.nodes is not None:
+            return self._plans.kernels(self.nodes, self._entries)
+        rules = self._plans.rules
+        return [cpu_kernel(self.graph, i, self._cpu_rules, self._reasons[i] or (
+            f"outside the largest GPU partition ({rules.label} delegates {self._limit} "
+            f"partition)")) for i in self.ops]
+
+
+def gpu_parts(graph: Graph, target: Target) -> list[GpuPart]:
+    """The graph's subsets in execution order, each delegated (fused nodes) or on the CPU."""
     rules = GPU_RULES[target.device.gpu_rules]
     cpu_rules = CPU_RULES[target.device.cpu_rules]
     plans = plans_for(rules, target.device.gpu)
@@ -45,16 +78,9 @@ def deduce_gpu(graph: Graph, target: Target) -> list[Kernel]:
     reasons = list(map(_REASON, entries))   # C-level passes: a candidate has ~130 ops
     subsets = partition(graph, list(map(is_, reasons, repeat(None))))
     delegated = _delegated(subsets, rules.max_partitions)
-    kernels: list[Kernel] = []
-    for n, (supported, ops) in enumerate(subsets):
-        if n in delegated:
-            kernels.extend(_delegate(graph, ops, plans, entries))
-            continue
-        for i in ops:
-            why = reasons[i] or (f"outside the largest GPU partition ({rules.label} delegates "
-                                 f"{rules.max_partitions} partition)")
-            kernels.append(cpu_kernel(graph, i, cpu_rules, why))
-    return kernels
+    return [GpuPart(graph, ops, _delegate(graph, ops, plans, entries) if n in delegated
+                    else None, plans, entries, cpu_rules, reasons, rules.max_partitions)
+            for n, (supported, ops) in enumerate(subsets)]
 
 
 def partition(graph: Graph, supported: list[bool]) -> list[tuple[bool, list[int]]]:
@@ -109,15 +135,14 @@ def _delegated(subsets: list[tuple[bool, list[int]]], limit: int | None) -> set[
 
 
 def _delegate(graph: Graph, ops: list[int], plans: Plans, entries: list[OpEntry]
-              ) -> list[Kernel]:
-    """The kernels of one delegated subset, after the delegate's passes and fusion."""
+              ) -> list[GpuNode]:
+    """The fused nodes of one delegated subset, after the delegate's passes and fusion."""
     lowering = _Lowering(graph, ops, plans, entries)
     nodes = lowering.run()
     blocked = lowering.blocked()
     if plans.rules.merge_elementwise:
         nodes = merge_elementwise_nodes(nodes, blocked)
-    nodes = merge_nodes(nodes, blocked)
-    return plans.kernels(nodes, entries)
+    return merge_nodes(nodes, blocked)
 
 
 class _Lowering:

@@ -1,0 +1,142 @@
+"""Read LiteRT's GPU accelerator's own memory figures (ML Drift over WebGPU on the H100) for the
+memory corpus and for single-op probes: `latpred.memory.gpu_measure.read_gpu_memory`.
+
+Not a timing campaign: the figures are the accelerator's allocation sizes, deterministic, so
+nothing else on the machine changes them. Models are written on the device machine from their
+seeds (the same files as here: each row carries the file's sha256):
+
+  . scripts/device_gpu.sh && python3 scripts/gpu_memory_campaign.py --out $OUT --workers 6
+
+  --n-synthetic / --n-converter: samples of search_space/synthetic_cnn.yaml and converter_cnn.yaml
+  (seed 0, as datasets/host-cpu-memory), the zoo (latpred zoo, seed 0), the committed converter
+  fixtures, and the probes below; each in fp16 and fp32 -> $OUT/gpu_memory.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def probe_graphs():
+    """Single-op and two-op graphs that isolate one rule each (name, Graph)."""
+    from latpred.builder import GraphBuilder
+
+    out = []
+
+    def add(name, hw, c, body):
+        b = GraphBuilder(name)
+        x = b.input((1, hw, hw, c))
+        b.output(body(b, x))
+        out.append((name, b.build()))
+
+    for hw in (8, 32, 56):
+        for cin in (3, 8, 16, 20, 32, 64, 96):
+            for cout in (4, 8, 12, 16, 24, 32, 40, 64, 100, 128):
+                for k in (1, 3):
+                    add(f"conv{k}_{hw}_{cin}_{cout}", hw, cin,
+                        lambda b, x, cout=cout, k=k: b.conv2d(x, cout, k))
+    for cin, cout in ((64, 64), (128, 128), (256, 256), (32, 96)):
+        for k, s in ((3, 2), (5, 1), (7, 2)):
+            add(f"conv{k}s{s}_28_{cin}_{cout}", 28, cin,
+                lambda b, x, cout=cout, k=k, s=s: b.conv2d(x, cout, k, stride=s))
+    for c in (8, 16, 24, 32, 72, 96, 144):
+        for k in (3, 5, 7):
+            add(f"dw{k}_28_{c}", 28, c, lambda b, x, k=k: b.depthwise_conv2d(x, k))
+    for cin, cout in ((64, 10), (256, 100), (1000, 1001), (20, 7), (1280, 1000)):
+        b = GraphBuilder(f"fc_{cin}_{cout}")
+        x = b.input((1, cin))
+        b.output(b.fully_connected(x, cout))
+        out.append((f"fc_{cin}_{cout}", b.build()))
+    for hw, c in ((8, 3), (8, 4), (16, 5), (32, 16), (32, 30), (56, 64)):
+        add(f"relu_{hw}_{c}", hw, c, lambda b, x: b.relu(x))
+        add(f"relu2_{hw}_{c}", hw, c, lambda b, x: b.sigmoid(b.relu(b.conv2d(x, c, 1))))
+        add(f"chain3_{hw}_{c}", hw, c,
+            lambda b, x, c=c: b.conv2d(b.conv2d(b.conv2d(x, c, 3), c, 3), c, 3))
+        add(f"addx_{hw}_{c}", hw, c, lambda b, x, c=c: b.add(b.conv2d(x, c, 1), x))
+        add(f"mean_{hw}_{c}", hw, c, lambda b, x: b.mean(x))
+        add(f"avgpool_{hw}_{c}", hw, c, lambda b, x: b.avg_pool(x, 2))
+        add(f"maxpool_{hw}_{c}", hw, c, lambda b, x: b.max_pool(x, 3, 2))
+        add(f"concat_{hw}_{c}", hw, c,
+            lambda b, x, c=c: b.concat([b.conv2d(x, c, 1), b.conv2d(x, 8, 1)]))
+        add(f"pad_{hw}_{c}", hw, c, lambda b, x: b.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]]))
+        add(f"se_{hw}_{c}", hw, c, lambda b, x: b.squeeze_excite(x))
+    return out
+
+
+def _write_models(models: Path, n_syn: int, n_conv: int) -> list[dict]:
+    from latpred.sampler import load_space, write_samples
+    from latpred.tflite import write_tflite
+    from latpred.zoo import write_models
+
+    rows = [{"path": str(p), "source": "corpus"}
+            for p in sorted((ROOT / "tests" / "fixtures" / "corpus").glob("*.tflite"))]
+    for space, n, tag in (("synthetic_cnn", n_syn, "synthetic"),
+                          ("converter_cnn", n_conv, "converter")):
+        if n:
+            d = models / tag
+            write_samples(load_space(ROOT / "search_space" / f"{space}.yaml"), n, 0, d, "fp32")
+            rows += [{"path": str(p), "source": tag} for p in sorted(d.glob("*.tflite"))[:n]]
+    write_models(models / "zoo", precision="fp32", seed=0)
+    rows += [{"path": str(p), "source": "zoo"} for p in sorted((models / "zoo").glob("*.tflite"))]
+    (models / "probe").mkdir(parents=True, exist_ok=True)
+    for name, g in probe_graphs():
+        p = models / "probe" / f"{name}.tflite"
+        p.write_bytes(write_tflite(g))
+        rows.append({"path": str(p), "source": "probe"})
+    return rows
+
+
+def _measure(job: dict) -> dict:
+    from latpred.memory.gpu_measure import read_gpu_memory
+
+    row = dict(job, model=Path(job["path"]).stem,
+               sha256=hashlib.sha256(Path(job["path"]).read_bytes()).hexdigest())
+    t = time.time()
+    try:
+        r = read_gpu_memory(job["path"], job["precision"])
+        row.update(intermediate=r.intermediate, constant=r.constant,
+                   fully_accelerated=r.fully_accelerated, metrics=r.metrics)
+    except Exception as e:  # recorded as what it is; the campaign goes on
+        row["error"] = f"{type(e).__name__}: {e}"
+    row["seconds"] = round(time.time() - t, 3)
+    return row
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default="/tmp/gpu-memory-models")
+    ap.add_argument("--n-synthetic", type=int, default=40)
+    ap.add_argument("--n-converter", type=int, default=24)
+    ap.add_argument("--workers", type=int, default=6)
+    ap.add_argument("--precisions", default="fp16,fp32")
+    ap.add_argument("--only", default="", help="comma-separated sources to measure")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = _write_models(Path(a.models), a.n_synthetic, a.n_converter)
+    if a.only:
+        rows = [r for r in rows if r["source"] in a.only.split(",")]
+    jobs = [dict(r, precision=p) for p in a.precisions.split(",") for r in rows]
+    print(f"{len(jobs)} readings", flush=True)
+    with mp.get_context("spawn").Pool(a.workers, maxtasksperchild=40) as pool, \
+            open(out / "gpu_memory.jsonl", "a") as f:
+        for i, row in enumerate(pool.imap_unordered(_measure, jobs)):
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            if i % 50 == 0:
+                print(i, row.get("model"), row.get("intermediate"), row.get("constant"),
+                      row.get("error", ""), flush=True)
+
+
+if __name__ == "__main__":
+    main()

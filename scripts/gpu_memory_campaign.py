@@ -72,6 +72,40 @@ def probe_graphs():
     return out
 
 
+def probe_graphs_thin():
+    """Chains the delegate's special kernels may fuse (depthwise + 1x1, thin stems) and grouped
+    convolutions (name, Graph)."""
+    from latpred.builder import GraphBuilder
+
+    out = []
+
+    def add(name, hw, c, body):
+        b = GraphBuilder(name)
+        x = b.input((1, hw, hw, c))
+        b.output(body(b, x))
+        out.append((name, b.build()))
+
+    for hw in (28, 56, 112):
+        for c in (8, 16, 24, 32, 48, 64, 96):
+            for cout in (8, 16, 32, 64):
+                add(f"dwpw_{hw}_{c}_{cout}", hw, c,
+                    lambda b, x, cout=cout: b.conv2d(b.depthwise_conv2d(x, 3, activation="RELU6"),
+                                                     cout, 1, activation="RELU6"))
+            add(f"pwdwpw_{hw}_{c}", hw, c,
+                lambda b, x, c=c: b.conv2d(b.depthwise_conv2d(b.conv2d(x, 4 * c, 1), 3), c, 1))
+            add(f"dwdw_{hw}_{c}", hw, c,
+                lambda b, x: b.depthwise_conv2d(b.depthwise_conv2d(x, 3), 3))
+            add(f"dws2pw_{hw}_{c}", hw, c,
+                lambda b, x, c=c: b.conv2d(b.depthwise_conv2d(x, 3, stride=2), 2 * c, 1))
+            add(f"pwpw_{hw}_{c}", hw, c, lambda b, x, c=c: b.conv2d(b.conv2d(x, c, 1), c, 1))
+        add(f"stem_{hw}", hw * 2, 3, lambda b, x: b.conv2d(
+            b.depthwise_conv2d(b.conv2d(x, 8, 3, stride=2), 3), 16, 1))
+        for c, g in ((32, 2), (32, 4), (64, 8), (56, 8), (96, 3), (128, 32)):
+            add(f"gconv_{hw}_{c}_{g}", hw, c, lambda b, x, c=c, g=g: b.conv2d(x, c, 3, groups=g))
+            add(f"gconv1_{hw}_{c}_{g}", hw, c, lambda b, x, c=c, g=g: b.conv2d(x, c, 1, groups=g))
+    return out
+
+
 def _write_models(models: Path, n_syn: int, n_conv: int) -> list[dict]:
     from latpred.sampler import load_space, write_samples
     from latpred.tflite import write_tflite
@@ -88,7 +122,19 @@ def _write_models(models: Path, n_syn: int, n_conv: int) -> list[dict]:
     write_models(models / "zoo", precision="fp32", seed=0)
     rows += [{"path": str(p), "source": "zoo"} for p in sorted((models / "zoo").glob("*.tflite"))]
     (models / "probe").mkdir(parents=True, exist_ok=True)
-    for name, g in probe_graphs():
+    for name, g in (*probe_graphs(), *probe_graphs_thin()):
+        p = models / "probe" / f"{name}.tflite"
+        p.write_bytes(write_tflite(g))
+        rows.append({"path": str(p), "source": "probe"})
+    return rows
+
+
+def _write_probes(models: Path) -> list[dict]:
+    from latpred.tflite import write_tflite
+
+    rows = []
+    (models / "probe").mkdir(parents=True, exist_ok=True)
+    for name, g in probe_graphs_thin():
         p = models / "probe" / f"{name}.tflite"
         p.write_bytes(write_tflite(g))
         rows.append({"path": str(p), "source": "probe"})
@@ -120,10 +166,13 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--precisions", default="fp16,fp32")
     ap.add_argument("--only", default="", help="comma-separated sources to measure")
+    ap.add_argument("--thin-probes-only", action="store_true",
+                    help="only the second probe set (probe_graphs_thin)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = _write_models(Path(a.models), a.n_synthetic, a.n_converter)
+    rows = _write_probes(Path(a.models)) if a.thin_probes_only else \
+        _write_models(Path(a.models), a.n_synthetic, a.n_converter)
     if a.only:
         rows = [r for r in rows if r["source"] in a.only.split(",")]
     jobs = [dict(r, precision=p) for p in a.precisions.split(",") for r in rows]

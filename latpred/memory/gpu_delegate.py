@@ -11,13 +11,16 @@ The delegate's memory manager (google-ai-edge/ml-drift ml_drift/webgpu/memory_ma
 - **constant**: tensors the graph keeps constant on the GPU (AllocateMemoryForConstTensors).
 
 The nodes are the delegate's fused kernels as `latpred.deduce.gpu` lowers them (a Winograd
-convolution is three, with two tensors of its own: 36 x tiles x channels).
+convolution is three, with two tensors of its own: 36 x tiles x channels), after the special
+kernel that matters on this GPU, the thin pointwise chain (`thin_pointwise`), joins short chains
+of small convolutions into one kernel whose inner tensors are never allocated.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from latpred.deduce.fusion import GpuNode
 from latpred.deduce.gpu import gpu_parts
 from latpred.graph import Graph
 from latpred.memory.gpu_assign import greedy_best
@@ -61,7 +64,7 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
     for part in gpu_parts(graph, target):
         if not part.delegated:
             continue
-        nodes = part.nodes
+        nodes = thin_pointwise(graph, part.nodes, precision)
         first_last: dict[int, list[int]] = {}
 
         def use(t: int, k: int) -> None:
@@ -112,3 +115,83 @@ def _boundary(graph: Graph, ops, nodes) -> tuple[list[int], list[int]]:
     outputs = sorted(t for t in written if t >= 0 and (
         t in outs or any(c not in opset for c in consumers.get(t, ()))))
     return inputs, outputs
+
+
+# ThinPointwiseFuser (google-ai-edge/ml-drift ml_drift/common/kernels/special/
+# thin_pointwise_fuser.cc @ 3220ff1; on for LiteRT's accelerator: its delegate_kernel.cc adds
+# ModelHints::kAllowSpecialKernels), the limits of its branch for NVIDIA and other desktop GPUs.
+# "F16" is the fp16 target (the builder's precision exactly F16); fp32 takes the other limits.
+_THIN = {  # precision -> (dw max channels, dw max C*kh*kw, conv max C_in*kh*kw*C_out)
+    "fp16": (32, 3 * 3 * 32, 32 * 32),
+    "fp32": (16, 3 * 3 * 16, 16 * 32),
+}
+_THIN_MAX_OUT = 32           # a conv's output channels
+_THIN_MAX_CONVS = 3          # max_convs_count
+_THIN_MAX_BUFFER = 1024 * 3  # max_buffer_size, bytes of weights and biases together
+
+
+def _align4(x: int) -> int:
+    return -(-x // 4) * 4
+
+
+def _thin_step(graph: Graph, node: GpuNode, first: bool, precision: str) -> int | None:
+    """The weight bytes the fuser counts for `node` as a step of a chain, or None if it cannot
+    be one (a depthwise only first; later convolutions only 1x1, stride 1)."""
+    op = graph.ops[node.ops[0]]
+    if node.type not in ("dwconv2d", "conv2d") or len(op.inputs) < 2:
+        return None
+    dw_c, dw_taps, conv_size = _THIN[precision]
+    size = _ELEMENT_BYTES[precision]
+    w = graph.tensors[op.inputs[1]].shape
+    if node.type == "dwconv2d" and op.type == "DEPTHWISE_CONV_2D" and first:
+        c, kh, kw = w[3], w[1], w[2]
+        if op.attr("depth_multiplier", 1) != 1 or c > dw_c or c * kh * kw > dw_taps:
+            return None
+        return (_align4(c) + _align4(c) * kh * kw) * size
+    if node.type != "conv2d" or op.type != "CONV_2D" or op.attr("groups", 1) != 1:
+        return None
+    o, kh, kw, i = w
+    if not first and (kh, kw) != (1, 1) or not first and tuple(op.attr("stride", (1, 1))) != (1, 1):
+        return None
+    if o > _THIN_MAX_OUT or i * kh * kw * o > conv_size:
+        return None
+    return (_align4(o) + _align4(i) * _align4(o) * kh * kw) * size
+
+
+def thin_pointwise(graph: Graph, nodes: list[GpuNode], precision: str) -> list[GpuNode]:
+    """Join each chain TryThinPointwiseFuser takes into one node (its inner tensors vanish): a
+    depthwise or any convolution, then 1x1 convolutions, each reading the one output of the
+    step before as its only reader; at most 3 convolutions and 3 KiB of weights, at least 2."""
+    readers: dict[int, int] = {}
+    for n in nodes:
+        for t in n.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    outs = set(graph.outputs)
+    out: list[GpuNode] = []
+    k = 0
+    while k < len(nodes):
+        chain, total = [], 0
+        j = k
+        while j < len(nodes) and len(chain) < _THIN_MAX_CONVS:
+            n = nodes[j]
+            if chain:
+                prev = chain[-1].outputs
+                if len(prev) != 1 or n.inputs[:1] != prev or readers.get(prev[0]) != 1 \
+                        or prev[0] in outs:
+                    break
+            step = _thin_step(graph, n, not chain, precision)
+            if step is None or total + step > _THIN_MAX_BUFFER:
+                break
+            chain.append(n)
+            total += step
+            j += 1
+        if len(chain) < 2:
+            out.append(nodes[k])
+            k += 1
+            continue
+        inner = {t for n in chain[:-1] for t in n.outputs}
+        ins = tuple(dict.fromkeys(t for n in chain for t in n.inputs if t not in inner))
+        out.append(GpuNode("thin_pointwise", tuple(i for n in chain for i in n.ops), ins,
+                           chain[-1].outputs, chain[-1].out_shape, False, "ThinPointwiseFuser"))
+        k = j
+    return out

@@ -4,8 +4,9 @@ them, the activation arena exactly as the runtime plans it, and workspace.
 One planner per runtime: `host_cpu` (LiteRT 2.3 on the CPU: TFLite's ArenaPlanner in
 `litert_plan`/`arena`, XNNPACK's delegate in `xnnpack`); `cuda` (PyTorch on an NVIDIA GPU,
 targets such as h100/cuda/fp16: the caching allocator replayed in `cuda_alloc` over the
-allocations `torch_plan` lists). The GPU delegate has none yet. `measure` reads the runtime's
-own figures (ground truth).
+allocations `torch_plan` lists); `gpu_delegate` (LiteRT's GPU accelerator, ML Drift, on GPUs it
+runs over WebGPU such as h100/gpu/fp16: the delegate's shared buffers as `gpu_assign` packs
+them). `measure` and `gpu_measure` read the runtimes' own figures (ground truth).
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ def _check_target(target):
         if t.precision not in ("fp16", "fp32"):
             raise TargetError(f"Memory prediction on CUDA covers fp16 and fp32, not {t}.")
         return t
+    if t.processor == "gpu" and t.device.gpu.api == "webgpu":
+        return t
     if t.processor != "cpu" or t.runtime != "litert":
-        raise TargetError(f"Memory prediction covers LiteRT on the CPU (e.g. host/cpu/fp32/t1) "
-                          f"and PyTorch on CUDA (e.g. h100/cuda/fp16) so far, not {t}.")
+        raise TargetError(f"Memory prediction covers LiteRT on the CPU (e.g. host/cpu/fp32/t1), "
+                          f"LiteRT's GPU accelerator over WebGPU (h100/gpu/fp16) and PyTorch on "
+                          f"CUDA (e.g. h100/cuda/fp16) so far, not {t}: the OpenCL delegate "
+                          f"phones run plans textures by other rules.")
     return t
 
 
@@ -46,6 +51,10 @@ def predict_memory(graph: Graph, target, kernels: str | None = None,
     inference at the target's batch and precision (`latpred.memory.cuda`).
     """
     t = _check_target(target)
+    if t.processor == "gpu":
+        from latpred.memory.gpu_delegate import predict_gpu_delegate
+
+        return predict_gpu_delegate(graph, t, model_bytes)
     if t.processor == "cuda":
         from latpred.memory.cuda import predict_cuda
 

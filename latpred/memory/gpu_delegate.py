@@ -8,7 +8,11 @@ The delegate's memory manager (google-ai-edge/ml-drift ml_drift/webgpu/memory_ma
   node index that reads or writes it, inputs from 0, outputs to the node count
   (CollectUsageInformation); tensors share buffers as `gpu_assign.greedy_best` packs them
   (AllocateMemoryForBuffers: MemoryStrategy::GREEDY_BEST);
-- **constant**: tensors the graph keeps constant on the GPU (AllocateMemoryForConstTensors).
+- **constant**: tensors the graph keeps constant on the GPU (AllocateMemoryForConstTensors):
+  fully-connected weights and biases (input and output channels aligned to 4), a Winograd
+  convolution's transformed weights (36 x C_in x C_out) and the constant operands of
+  element-wise ops. Measured: the rest of the weights (convolutions, depthwise) travel as the
+  kernels' own arguments, which the accelerator does not report (`constant_bytes`).
 
 The nodes are the delegate's fused kernels as `latpred.deduce.gpu` lowers them (a Winograd
 convolution is three, with two tensors of its own: 36 x tiles x channels), after the special
@@ -24,6 +28,7 @@ from latpred.deduce.fusion import GpuNode
 from latpred.deduce.gpu import gpu_parts
 from latpred.graph import Graph
 from latpred.memory.gpu_assign import greedy_best
+from latpred.memory.prediction import MemoryPrediction, OpMemory
 
 _ELEMENT_BYTES = {"fp16": 2, "fp32": 4}
 
@@ -31,13 +36,15 @@ _ELEMENT_BYTES = {"fp16": 2, "fp32": 4}
 @dataclass(frozen=True)
 class GpuDelegatePlan:
     """The delegate's intermediate buffers: `buffers` (sizes), `tensors` (id -> bytes),
-    `intervals` (id -> (first, last) node), `nodes` (count)."""
+    `intervals` (id -> (first, last) node), `nodes` (the fused nodes of the delegated parts, in
+    order); `constant`: its constant tensors' bytes."""
 
     intermediate: int
     buffers: tuple[int, ...]
     tensors: dict
     intervals: dict
-    nodes: int
+    nodes: tuple
+    constant: int
 
 
 def _bhwc(shape) -> tuple[int, int, int, int]:
@@ -59,7 +66,7 @@ def tensor_bytes(shape, precision: str) -> int:
 
 def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
     """The intermediate buffers of the delegated parts of `graph` on `target`."""
-    records, ids, intervals, shapes, total_nodes = [], [], {}, {}, 0
+    records, ids, intervals, shapes, all_nodes = [], [], {}, {}, []
     buffers: list[int] = []
     for part in gpu_parts(graph, target):
         if not part.delegated:
@@ -98,9 +105,35 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
             ids.append(t)
         records += recs
         buffers += greedy_best(recs)[1]
-        total_nodes += len(nodes)
+        all_nodes += nodes
     tensors = {t: r[0] for t, r in zip(ids, records)}
-    return GpuDelegatePlan(sum(buffers), tuple(buffers), tensors, intervals, total_nodes)
+    return GpuDelegatePlan(sum(buffers), tuple(buffers), tensors, intervals, tuple(all_nodes),
+                           sum(constant_bytes(graph, n, precision) for n in all_nodes))
+
+
+_ELEMENTWISE_WITH_CONSTANTS = ("ADD", "MUL", "SUB", "DIV", "MAXIMUM", "MINIMUM")
+
+
+def constant_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
+    """The constant tensors the delegate allocates for one fused node (see the module)."""
+    e = _ELEMENT_BYTES[precision]
+    op = graph.ops[node.ops[0]]
+    total = 0
+    if node.type == "winograd_matmul":
+        o, _, _, i = graph.tensors[op.inputs[1]].shape
+        total += 36 * i * o * e
+    elif node.type == "fc" and len(op.inputs) > 1:
+        w = graph.tensors[op.inputs[1]].shape
+        o, i = w[0], w[-1]
+        total += (_align4(i) * _align4(o) + _align4(o)) * e
+    linked = node.ops[1:] + ((node.ops[0],) if node.type == "elementwise" else ())
+    for k in linked:
+        o = graph.ops[k]
+        if o.type in _ELEMENTWISE_WITH_CONSTANTS:
+            total += sum(graph.tensors[t].size for t in o.inputs
+                         if t >= 0 and graph.tensors[t].is_constant) * e
+    return total
+
 
 
 def _boundary(graph: Graph, ops, nodes) -> tuple[list[int], list[int]]:
@@ -195,3 +228,69 @@ def thin_pointwise(graph: Graph, nodes: list[GpuNode], precision: str) -> list[G
                            chain[-1].outputs, chain[-1].out_shape, False, "ThinPointwiseFuser"))
         k = j
     return out
+
+
+def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
+                         ) -> MemoryPrediction:
+    """`predict_memory` on a GPU target LiteRT's accelerator (ML Drift) runs: `arena` is the
+    delegate's intermediate buffers (the accelerator's gpu_intermediate_memory_bytes),
+    `persistent_arena` its constant tensors (gpu_constant_memory_bytes), `weights_packed` the
+    other weights as the GPU holds them, estimated (each at the target precision, channels
+    aligned to 4; the accelerator reports no figure for them), `model_bytes` the model buffer
+    the host keeps. Ops the delegate does not take are not planned (their CPU memory is not
+    counted)."""
+    from latpred.memory.host_cpu import estimate_model_bytes
+
+    precision = target.precision
+    plan = plan_delegate(graph, target, precision)
+    e = _ELEMENT_BYTES[precision]
+    packed = sum(_kernel_weight_bytes(graph, n, e) for n in plan.nodes)
+    live = _live_per_node(plan)
+    peak_node = max(range(len(live)), key=live.__getitem__) if live else 0
+    rows, node_of = [], {}
+    for k, n in enumerate(plan.nodes):
+        for i in n.ops:
+            node_of.setdefault(i, k)
+    for i, op in enumerate(graph.ops):
+        k = node_of.get(i)
+        rows.append(OpMemory(
+            index=i, type=op.type, runs_on="gpu" if k is not None else "cpu",
+            output_bytes=sum(plan.tensors.get(t, 0) for t in op.outputs),
+            weight_bytes=sum(graph.tensors[t].nbytes for t in op.inputs
+                             if t >= 0 and graph.tensors[t].is_constant),
+            arena_live=live[k] if k is not None else 0,
+            arena_extent=plan.intermediate if k is not None else 0,
+            sets_peak=k == peak_node and node_of.get(i) == k and
+            plan.nodes[k].ops[0] == i))
+    peak_op = plan.nodes[peak_node].ops[0] if plan.nodes else 0
+    return MemoryPrediction(
+        target=str(target), kernels="ml-drift",
+        weights_stored=sum(t.nbytes for t in graph.tensors if t.is_constant),
+        model_bytes=model_bytes if model_bytes is not None else estimate_model_bytes(graph),
+        weights_packed=packed, arena=plan.intermediate, persistent_arena=plan.constant,
+        workspace=0, indirection=0, overhead=0, transient=0, peak_op=peak_op,
+        ops=tuple(rows))
+
+
+def _kernel_weight_bytes(graph: Graph, node: GpuNode, e: int) -> int:
+    """Weights a convolution kernel holds as its own arguments (estimated, see above)."""
+    if node.type not in ("conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d"):
+        return 0
+    total = 0
+    for i in node.ops:
+        op = graph.ops[i]
+        if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) > 1:
+            w = graph.tensors[op.inputs[1]].shape
+            total += w[0] * w[1] * w[2] * _align4(w[3]) * e
+            if len(op.inputs) > 2 and op.inputs[2] >= 0:
+                total += _align4(graph.tensors[op.inputs[2]].size) * e
+    return total
+
+
+def _live_per_node(plan: GpuDelegatePlan) -> list[int]:
+    """Bytes of the tensors alive at each node (their own sizes, before sharing)."""
+    live = [0] * (len(plan.nodes) + 1)
+    for t, (first, last) in plan.intervals.items():
+        for k in range(first, min(last, len(plan.nodes) - 1) + 1):
+            live[k] += plan.tensors[t]
+    return live[:len(plan.nodes)]

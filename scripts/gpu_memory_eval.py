@@ -1,0 +1,112 @@
+"""Assemble datasets/h100-gpu-memory from the device readings and score the GPU-delegate
+planner against them (the accelerator's own figures).
+
+  python scripts/gpu_memory_eval.py assemble --runs out/run1.jsonl out/run2.jsonl \
+      --out datasets/h100-gpu-memory
+  python scripts/gpu_memory_eval.py score --data datasets/h100-gpu-memory
+
+`score` writes the models again from their seeds here (the rows' sha256 must match) and prints,
+per source and precision, how many intermediate figures the planner gets exact and how many
+constant figures it gets within 5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+COLUMNS = ["model", "source", "precision", "sha256", "intermediate", "constant",
+           "fully_accelerated", "error"]
+
+
+def assemble(runs: list[str], out: Path) -> None:
+    d = pd.concat([pd.read_json(r, lines=True) for r in runs], ignore_index=True)
+    d["error"] = d.get("error", pd.Series(dtype=str)).fillna("")
+    # the later reading of a model wins (the second run re-read the synthetic models)
+    d = d.drop_duplicates(["model", "precision"], keep="last")[COLUMNS]
+    d = d.sort_values(["source", "model", "precision"]).reset_index(drop=True)
+    out.mkdir(parents=True, exist_ok=True)
+    d.to_parquet(out / "models.parquet", index=False)
+    (out / "manifest.json").write_text(json.dumps({
+        "what": "LiteRT GPU accelerator (ML Drift over WebGPU/Vulkan) memory metrics: "
+                "gpu_intermediate_memory_bytes, gpu_constant_memory_bytes",
+        "runtime": "ai-edge-litert 2.3.0", "device": "NVIDIA H100 80GB HBM3 (run 1), "
+        "H200 (run 2: thin probes and the synthetic models again), driver 580.159.04",
+        "rows": len(d), "failed_to_compile": int((d.error != "").sum()),
+        "models": "scripts/gpu_memory_campaign.py (seeds: synthetic_cnn / converter_cnn seed 0, "
+                  "zoo seed 0, probes), tests/fixtures/corpus"}, indent=1) + "\n")
+    print(f"{len(d)} rows -> {out}")
+
+
+def _graphs(d: pd.DataFrame) -> dict:
+    import gpu_memory_campaign as campaign
+    from latpred.sampler import load_space, write_samples
+    from latpred.tflite import read_tflite
+    from latpred.zoo import write_models
+
+    graphs = dict(campaign.probe_graphs() + campaign.probe_graphs_thin())
+    tmp = Path(tempfile.mkdtemp())
+    write_samples(load_space(ROOT / "search_space" / "synthetic_cnn.yaml"), 40, 0,
+                  tmp / "synthetic", "fp32")
+    write_models(tmp / "zoo", precision="fp32", seed=0)
+    files = [*tmp.glob("*/*.tflite"), *(ROOT / "tests" / "fixtures" / "corpus").glob("*.tflite")]
+    sha = d.drop_duplicates("model").set_index("model").sha256
+    for p in files:
+        if p.stem in sha.index:
+            data = p.read_bytes()
+            if hashlib.sha256(data).hexdigest() != sha[p.stem]:
+                raise SystemExit(f"{p.stem}: not the file measured (sha256 differs)")
+            graphs[p.stem] = read_tflite(data)
+    return graphs
+
+
+def score(data: Path) -> None:
+    from latpred.memory.gpu_delegate import plan_delegate
+    from latpred.target import parse_target
+
+    d = pd.read_parquet(data / "models.parquet")
+    d = d[d.error == ""]
+    graphs = _graphs(d)
+    rows = []
+    for r in d.itertuples():
+        if r.model not in graphs:
+            continue
+        plan = plan_delegate(graphs[r.model], parse_target(f"h100/gpu/{r.precision}"),
+                             r.precision)
+        rows.append((r.source, r.precision, plan.intermediate == r.intermediate,
+                     abs(plan.constant - r.constant) <= 0.05 * max(r.constant, 1),
+                     plan.constant == r.constant))
+    x = pd.DataFrame(rows, columns=["source", "precision", "exact", "const5", "const_exact"])
+    table = x.groupby(["source", "precision"]).agg(
+        n=("exact", "size"), intermediate_exact=("exact", "sum"),
+        constant_exact=("const_exact", "sum"), constant_within_5pct=("const5", "sum"))
+    print(table.to_string())
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("assemble")
+    a.add_argument("--runs", nargs="+", required=True)
+    a.add_argument("--out", required=True)
+    s = sub.add_parser("score")
+    s.add_argument("--data", required=True)
+    args = ap.parse_args(argv)
+    if args.cmd == "assemble":
+        assemble(args.runs, Path(args.out))
+    else:
+        score(Path(args.data))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The GPU delegate's memory (latpred/memory/gpu_delegate.py, gpu_assign.py).
+
+The assignment is checked against the worked examples of TFLite's own test
+(tensorflow/lite/delegates/gpu/common/memory_management_test.cc, ChainRecords and
+ComplexRecords: GREEDY_BY_BREADTH and GREEDY_BY_SIZE object ids and sizes); the planner
+against LiteRT's GPU accelerator's own figure (gpu_intermediate_memory_bytes) recorded on the
+H100 in datasets/h100-gpu-memory, on models written here from their seeds and on probes.
+"""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import latpred
+from latpred.builder import GraphBuilder
+from latpred.errors import TargetError
+from latpred.memory.gpu_assign import greedy_best, greedy_by_breadth, greedy_by_size
+from latpred.memory.gpu_delegate import plan_delegate, tensor_bytes
+from latpred.target import parse_target
+
+DATA = Path(__file__).resolve().parents[1] / "datasets" / "h100-gpu-memory"
+CHAIN = [(16, 0, 1), (8, 1, 2), (64, 2, 3), (32, 3, 4), (8, 4, 5)]
+COMPLEX = [(32, 0, 1), (32, 1, 4), (8, 2, 5), (16, 3, 5), (8, 4, 5), (64, 5, 7), (8, 6, 8),
+           (8, 7, 8), (16, 8, 9)]
+
+
+def test_greedy_assignments_match_tflites_worked_examples():
+    assert greedy_by_breadth(CHAIN) == ([0, 1, 0, 1, 0], [64, 32])
+    assert greedy_by_size(CHAIN) == ([0, 1, 0, 1, 0], [64, 32])
+    assert greedy_by_breadth(COMPLEX) == ([0, 4, 2, 1, 3, 0, 2, 3, 1], [64, 16, 8, 8, 32])
+    assert greedy_by_size(COMPLEX) == ([1, 0, 2, 1, 3, 0, 1, 2, 0], [64, 32, 8, 8])
+    # BestGreedy takes by-breadth only when strictly smaller (by size 112, by breadth 128 here)
+    assert greedy_best(COMPLEX) == greedy_by_size(COMPLEX)
+    assert greedy_best([]) == ([], [])
+
+
+def test_buffers_hold_channels_in_slices_of_four_at_the_target_precision():
+    assert tensor_bytes((1, 8, 8, 3), "fp16") == 8 * 8 * 4 * 2
+    assert tensor_bytes((1, 8, 8, 40), "fp32") == 8 * 8 * 40 * 4
+    assert tensor_bytes((1, 1000), "fp16") == 1000 * 2
+
+
+def _chain(c: int, hw: int = 8):
+    b = GraphBuilder("chain")
+    x = b.input((1, hw, hw, c))
+    b.output(b.conv2d(b.conv2d(b.conv2d(x, c, 3), c, 3), c, 3))
+    return b.build()
+
+
+def test_a_chain_shares_two_buffers():
+    # in [0,0], t1 [0,1], t2 [1,2], out [2,3]: in with t2, t1 with out (measured: 1024 bytes)
+    plan = plan_delegate(_chain(4), parse_target("h100/gpu/fp16"), "fp16")
+    assert plan.intermediate == 2 * 8 * 8 * 4 * 2
+    assert len(plan.buffers) == 2
+
+
+def test_thin_pointwise_chain_drops_its_inner_tensor_in_fp16_only():
+    b = GraphBuilder("dwpw")
+    x = b.input((1, 28, 28, 24))
+    b.output(b.conv2d(b.depthwise_conv2d(x, 3, activation="RELU6"), 8, 1, activation="RELU6"))
+    g = b.build()
+    fp16 = plan_delegate(g, parse_target("h100/gpu/fp16"), "fp16")
+    fp32 = plan_delegate(g, parse_target("h100/gpu/fp32"), "fp32")
+    assert [n.type for n in fp16.nodes] == ["thin_pointwise"]  # 24 channels: <= 32 in fp16
+    assert fp16.intermediate == 28 * 28 * (24 + 8) * 2         # measured 50176
+    assert [n.type for n in fp32.nodes] == ["dwconv2d", "conv2d"]  # > 16 channels in fp32
+
+
+def test_predict_memory_on_the_gpu_target_and_a_clear_refusal_elsewhere():
+    m = latpred.predict_memory(_chain(16, 32), "h100/gpu/fp16")
+    assert m.kernels == "ml-drift" and m.arena == 2 * 32 * 32 * 16 * 2
+    assert sum(o.sets_peak for o in m.ops) == 1
+    with pytest.raises(TargetError, match="OpenCL"):
+        latpred.predict_memory(_chain(4), "pixel4/gpu/fp16")
+
+
+def _recorded():
+    if not (DATA / "models.parquet").exists():
+        pytest.skip("datasets/h100-gpu-memory is not in this checkout")
+    return pd.read_parquet(DATA / "models.parquet")
+
+
+def test_probes_plan_exactly_what_the_accelerator_allocated():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import gpu_memory_campaign as campaign
+
+    d = _recorded()
+    d = d[(d.source == "probe") & d.intermediate.notna()].set_index(["model", "precision"])
+    graphs = dict(campaign.probe_graphs() + campaign.probe_graphs_thin())
+    names = sorted({m for m, _ in d.index})[::7]  # a spread of them; all are in the figures
+    assert len(names) > 90
+    for name in names:
+        for prec in ("fp16", "fp32"):
+            got = plan_delegate(graphs[name], parse_target(f"h100/gpu/{prec}"), prec)
+            assert got.intermediate == d.loc[(name, prec), "intermediate"], (name, prec)
+
+
+def test_the_recorded_figures_are_the_manifests():
+    d = _recorded()
+    manifest = json.loads((DATA / "manifest.json").read_text())
+    assert manifest["rows"] == len(d)
+    assert set(d.precision) == {"fp16", "fp32"}

@@ -58,6 +58,8 @@ def _graphs(d: pd.DataFrame) -> dict:
     tmp = Path(tempfile.mkdtemp())
     write_samples(load_space(ROOT / "search_space" / "synthetic_cnn.yaml"), 40, 0,
                   tmp / "synthetic", "fp32")
+    write_samples(load_space(ROOT / "search_space" / "converter_cnn.yaml"), 24, 0,
+                  tmp / "converter", "fp32")
     write_models(tmp / "zoo", precision="fp32", seed=0)
     files = [*tmp.glob("*/*.tflite"), *(ROOT / "tests" / "fixtures" / "corpus").glob("*.tflite")]
     sha = d.drop_duplicates("model").set_index("model").sha256

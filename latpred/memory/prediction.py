@@ -51,6 +51,9 @@ class MemoryPrediction:
     `model_bytes` the weight blocks, `arena` the activations, `workspace` cuDNN workspaces and
     reduction scratch plus the persistent cuBLAS workspaces; `total` is the predicted
     max_memory_allocated and `reserved` max_memory_reserved.
+    On LiteRT's GPU accelerator (latpred/memory/gpu_delegate.py): `arena` the delegate's
+    intermediate buffers, `persistent_arena` its constant tensors (both as the accelerator
+    reports them), `weights_packed` the kernels' own weights (estimated).
     """
 
     target: str

@@ -106,7 +106,7 @@ def probe_graphs_thin():
     return out
 
 
-def _write_models(models: Path, n_syn: int, n_conv: int) -> list[dict]:
+def _write_models(models: Path, n_syn: int, n_conv: int, seed: int = 0) -> list[dict]:
     from latpred.sampler import load_space, write_samples
     from latpred.tflite import write_tflite
     from latpred.zoo import write_models
@@ -117,7 +117,8 @@ def _write_models(models: Path, n_syn: int, n_conv: int) -> list[dict]:
                           ("converter_cnn", n_conv, "converter")):
         if n:
             d = models / tag
-            write_samples(load_space(ROOT / "search_space" / f"{space}.yaml"), n, 0, d, "fp32")
+            write_samples(load_space(ROOT / "search_space" / f"{space}.yaml"), n, seed, d,
+                          "fp32")
             rows += [{"path": str(p), "source": tag} for p in sorted(d.glob("*.tflite"))[:n]]
     write_models(models / "zoo", precision="fp32", seed=0)
     rows += [{"path": str(p), "source": "zoo"} for p in sorted((models / "zoo").glob("*.tflite"))]
@@ -163,6 +164,7 @@ def main(argv=None) -> None:
     ap.add_argument("--models", default="/tmp/gpu-memory-models")
     ap.add_argument("--n-synthetic", type=int, default=40)
     ap.add_argument("--n-converter", type=int, default=24)
+    ap.add_argument("--seed", type=int, default=0, help="of the synthetic and converter samples")
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--precisions", default="fp16,fp32")
     ap.add_argument("--only", default="", help="comma-separated sources to measure")
@@ -172,7 +174,7 @@ def main(argv=None) -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = _write_probes(Path(a.models)) if a.thin_probes_only else \
-        _write_models(Path(a.models), a.n_synthetic, a.n_converter)
+        _write_models(Path(a.models), a.n_synthetic, a.n_converter, a.seed)
     if a.only:
         rows = [r for r in rows if r["source"] in a.only.split(",")]
     jobs = [dict(r, precision=p) for p in a.precisions.split(",") for r in rows]

@@ -1,13 +1,14 @@
 """Assemble datasets/h100-gpu-memory from the device readings and score the GPU-delegate
 planner against them (the accelerator's own figures).
 
-  python scripts/gpu_memory_eval.py assemble --runs out/run1.jsonl out/run2.jsonl \
+  python scripts/gpu_memory_eval.py assemble --runs out/run1.jsonl out/run2.jsonl out/run3.jsonl \
       --out datasets/h100-gpu-memory
   python scripts/gpu_memory_eval.py score --data datasets/h100-gpu-memory
 
 `score` writes the models again from their seeds here (the rows' sha256 must match) and prints,
-per source and precision, how many intermediate figures the planner gets exact and how many
-constant figures it gets within 5%.
+per source, seed and precision, how many intermediate figures the planner gets exact and how
+many constant figures it gets within 5%. The seed-1 samples (run 3) were measured after the
+rules were written: they are the held-out check.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def assemble(runs: list[str], out: Path) -> None:
         "what": "LiteRT GPU accelerator (ML Drift over WebGPU/Vulkan) memory metrics: "
                 "gpu_intermediate_memory_bytes, gpu_constant_memory_bytes",
         "runtime": "ai-edge-litert 2.3.0", "device": "NVIDIA H100 80GB HBM3 (run 1), "
-        "H200 (run 2: thin probes and the synthetic models again), driver 580.159.04",
+        "H200 (run 2: thin probes and the synthetic models again; run 3: the seed-1 samples, "
+        "held out), driver 580.159.04",
         "rows": len(d), "failed_to_compile": int((d.error != "").sum()),
         "models": "scripts/gpu_memory_campaign.py (seeds: synthetic_cnn / converter_cnn seed 0, "
                   "zoo seed 0, probes), tests/fixtures/corpus"}, indent=1) + "\n")
@@ -56,10 +58,13 @@ def _graphs(d: pd.DataFrame) -> dict:
 
     graphs = dict(campaign.probe_graphs() + campaign.probe_graphs_thin())
     tmp = Path(tempfile.mkdtemp())
-    write_samples(load_space(ROOT / "search_space" / "synthetic_cnn.yaml"), 40, 0,
-                  tmp / "synthetic", "fp32")
-    write_samples(load_space(ROOT / "search_space" / "converter_cnn.yaml"), 24, 0,
-                  tmp / "converter", "fp32")
+    # the sampled models' names carry their space, seed and index: write each space and seed
+    # with as many samples as were measured
+    sampled = d.model.str.extract(r"^(synthetic_cnn|converter_cnn)-s(\d+)-(\d+)$").dropna()
+    for (space, seed), idx in sampled.groupby([0, 1])[2]:
+        n = int(idx.astype(int).max()) + 1
+        write_samples(load_space(ROOT / "search_space" / f"{space}.yaml"), n, int(seed),
+                      tmp / f"{space}-s{seed}", "fp32")
     write_models(tmp / "zoo", precision="fp32", seed=0)
     files = [*tmp.glob("*/*.tflite"), *(ROOT / "tests" / "fixtures" / "corpus").glob("*.tflite")]
     sha = d.drop_duplicates("model").set_index("model").sha256
@@ -85,7 +90,9 @@ def score(data: Path) -> None:
             continue
         plan = plan_delegate(graphs[r.model], parse_target(f"h100/gpu/{r.precision}"),
                              r.precision)
-        rows.append((r.source, r.precision, plan.intermediate == r.intermediate,
+        seed = r.model.split("-s")[1].split("-")[0] if "-s" in r.model else ""
+        rows.append((f"{r.source}{'-s' + seed if seed else ''}", r.precision,
+                     plan.intermediate == r.intermediate,
                      abs(plan.constant - r.constant) <= 0.05 * max(r.constant, 1),
                      plan.constant == r.constant))
     x = pd.DataFrame(rows, columns=["source", "precision", "exact", "const5", "const_exact"])

@@ -104,3 +104,28 @@ def test_the_recorded_figures_are_the_manifests():
     manifest = json.loads((DATA / "manifest.json").read_text())
     assert manifest["rows"] == len(d)
     assert set(d.precision) == {"fp16", "fp32"}
+
+
+def test_a_grouped_convolution_split_into_groups_holds_each_groups_slice():
+    # 32 channels in 8 groups of 4 -> 40 (5 a group: not a multiple of 4, so the delegate
+    # splits it: SPLIT, 8 convolutions, CONCAT); each split output is one group's 4 channels
+    b = GraphBuilder("g")
+    x = b.input((1, 16, 16, 32))
+    b.output(b.conv2d(x, 40, 3, groups=8))
+    plan = plan_delegate(b.build(), parse_target("h100/gpu/fp16"), "fp16")
+    split = plan.nodes[0]
+    assert split.part == "group_split" and len(split.outputs) == 8
+    assert {plan.tensors[t] for t in split.outputs} == {16 * 16 * 4 * 2}
+    conv_out = plan.nodes[1].outputs[0]
+    assert plan.tensors[conv_out] == 16 * 16 * 8 * 2  # 5 channels in two slices
+
+
+def test_a_split_links_the_element_wise_op_on_its_first_part():
+    # ML Drift's LinkNodes links through a node's first output (measured: SPLIT -> ADD / TANH
+    # -> CONCATENATION plans one buffer fewer than with the ADD as a kernel of its own)
+    b = GraphBuilder("s")
+    x = b.input((1, 7, 7, 200))
+    a, c = b.split(x, 2)
+    b.output(b.concat([b.add(a, b.constant((100,))), b.tanh(c)]))
+    plan = plan_delegate(b.build(), parse_target("h100/gpu/fp16"), "fp16")
+    assert [n.type for n in plan.nodes] == ["split", "activation", "concat"]

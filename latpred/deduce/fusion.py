@@ -41,12 +41,16 @@ class GpuNode:
     part: str = ""
 
 
-def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
+def merge_nodes(nodes: list[GpuNode], blocked: set[int], first_output: bool = False
+                ) -> list[GpuNode]:
     """MergeNodes / LinkNodes: link each node's single consumer into it while the rules allow.
 
     `blocked` holds tensors that must stay materialised (read outside the delegate or graph
     outputs): a node writing one is not merged (LiteRT gpu_model.cc: "Don't merge node if it has
-    multiple outputs or a graph output").
+    multiple outputs or a graph output"). With `first_output` (ML Drift), a node with several
+    outputs links through its first one (ml_drift/common/merge_nodes.cc @ 48cfed7e, LinkNodes:
+    `out_index = 0`, no check on the output count), so a SPLIT takes in the element-wise op
+    that reads its first part.
 
     Nodes are visited in order and only later, live nodes are linked, so each tensor's consumers
     are listed once: a consumer merged into an earlier node is never looked at again. Only the
@@ -69,7 +73,7 @@ def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
     for i, node in enumerate(nodes):
         if not alive[i]:
             continue
-        while len(node.outputs) == 1 and node.outputs[0] not in blocked:
+        while (first_output or len(node.outputs) == 1) and node.outputs[0] not in blocked:
             if read_last.get(node.outputs[0], -1) > i:   # a later reader that is not linkable
                 break
             users = consumers.get(node.outputs[0], ())
@@ -93,7 +97,7 @@ def merge_nodes(nodes: list[GpuNode], blocked: set[int]) -> list[GpuNode]:
 def _absorb(node: GpuNode, nxt: GpuNode) -> None:
     node.ops += nxt.ops
     node.inputs += nxt.inputs[1:]
-    node.outputs = nxt.outputs
+    node.outputs = nxt.outputs + node.outputs[1:]  # the first output is the one linked
     node.out_shape = nxt.out_shape
 
 

@@ -142,7 +142,7 @@ def _delegate(graph: Graph, ops: list[int], plans: Plans, entries: list[OpEntry]
     blocked = lowering.blocked()
     if plans.rules.merge_elementwise:
         nodes = merge_elementwise_nodes(nodes, blocked)
-    return merge_nodes(nodes, blocked)
+    return merge_nodes(nodes, blocked, first_output=plans.rules.link_first_output)
 
 
 class _Lowering:

@@ -23,6 +23,8 @@ class GpuRuleSet:
       (IsAssociativeLinkableOp in ConvertOperations, common/gpu_model.cc).
     - `merge_elementwise`: ML Drift's MergeElementwiseNodes pass, which fuses element-wise ops
       with each other before linking them into their producer (ml_drift/common/merge_nodes.cc).
+    - `link_first_output`: ML Drift's LinkNodes links through the first output of a node that
+      has several (a SPLIT's first part); TFLite 2.9's MergeNodes refuses such nodes.
     - `conv_as_fc`, `grouped_as_depthwise`: convolution rewrites of the ML Drift frontend.
     - `spatial_mean_only`: MEAN is accepted only over height and width.
     """
@@ -35,6 +37,7 @@ class GpuRuleSet:
     max_partitions: int | None
     associative_reorder: bool
     merge_elementwise: bool
+    link_first_output: bool
     conv_as_fc: bool
     grouped_as_depthwise: bool
     spatial_mean_only: bool
@@ -84,16 +87,16 @@ GPU_RULES: dict[str, GpuRuleSet] = {
     "tflite-2.9": GpuRuleSet(
         name="tflite-2.9", label="TFLite 2.9", supported=gs.TFLITE_29_OPS,
         linkable=gs.TFLITE_29_LINKABLE, winograd=cs.winograd_tflite29, max_partitions=1,
-        associative_reorder=True, merge_elementwise=False, conv_as_fc=False,
-        grouped_as_depthwise=False, spatial_mean_only=True),
+        associative_reorder=True, merge_elementwise=False, link_first_output=False,
+        conv_as_fc=False, grouped_as_depthwise=False, spatial_mean_only=True),
     # LiteRT 2.x GPU accelerator, i.e. ML Drift over WebGPU/Vulkan/OpenCL/Metal (ai-edge-litert
     # 2.3.0 ships libLiteRtWebGpuAccelerator.so). Assumption: every GPU partition is delegated
     # (CompiledModel reports is_fully_accelerated per model, not per partition).
     "litert-2.3-mldrift": GpuRuleSet(
         name="litert-2.3-mldrift", label="LiteRT 2.3 ML Drift", supported=gs.MLDRIFT_OPS,
         linkable=gs.MLDRIFT_LINKABLE, winograd=cs.winograd_mldrift, max_partitions=None,
-        associative_reorder=True, merge_elementwise=True, conv_as_fc=True,
-        grouped_as_depthwise=True, spatial_mean_only=False),
+        associative_reorder=True, merge_elementwise=True, link_first_output=True,
+        conv_as_fc=True, grouped_as_depthwise=True, spatial_mean_only=False),
 }
 
 CPU_RULES: dict[str, CpuRuleSet] = {

@@ -89,13 +89,13 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
         for k, n in enumerate(nodes):
             for t in (*n.inputs, *n.outputs):
                 use(t, k)
-            for t in n.outputs:
+            for t, shape in zip(n.outputs, _output_shapes(graph, n, shapes)):
                 if t < 0:
-                    shapes[t] = n.out_shape
+                    shapes[t] = shape
         for t in part_outputs:
             use(t, len(nodes))
-        # std::map<ValueId, ...>: graph tensors in id order, then the delegate's own.
-        order = sorted(first_last, key=lambda t: (t < 0, abs(t)))
+        rank = _value_ids(nodes)
+        order = sorted(first_last, key=rank.__getitem__)
         recs = []
         for t in order:
             shape = shapes[t] if t < 0 else graph.tensors[t].shape
@@ -134,6 +134,39 @@ def constant_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
                          if t >= 0 and graph.tensors[t].is_constant) * e
     return total
 
+
+
+def _value_ids(nodes: list[GpuNode]) -> dict[int, int]:
+    """The order of the delegate's ValueIds, which is the order of its usage records (a
+    std::map<ValueId, ...>, and the greedy assignments break ties by record order): the
+    graph's tensors by index, then the values a grouped convolution's resolution adds, each
+    group's input and output in turn (LiteRT tflite/delegates/gpu/common/model_builder.cc,
+    ResolveGroupedConvolution: conv_src[i], conv_dst[i]), then the kernels' own tensors
+    (Winograd's), made when the GPU model is built. Tried: the graph's tensors in the order the
+    builder first reads them; one seed-0 and one seed-1 synthetic model fewer come out exact."""
+    graph_ids = sorted({t for n in nodes for t in (*n.inputs, *n.outputs) if t >= 0})
+    rank = {t: k for k, t in enumerate(graph_ids)}
+    by_input = {n.inputs[0]: n for n in nodes if n.part.startswith("group") and n.inputs}
+    for n in nodes:
+        if n.part == "group_split":
+            for t in n.outputs:
+                rank.setdefault(t, len(rank))
+                for u in by_input[t].outputs if t in by_input else ():
+                    rank.setdefault(u, len(rank))
+    for n in nodes:
+        for t in n.outputs:
+            rank.setdefault(t, len(rank))
+    return rank
+
+
+def _output_shapes(graph: Graph, node: GpuNode, shapes: dict) -> list[tuple[int, ...]]:
+    """The shape of each tensor a node writes. A grouped convolution's split writes one slice
+    of its input per group (`out_shape` is the convolution's output there)."""
+    if node.part != "group_split":
+        return [node.out_shape] * len(node.outputs)
+    src = node.inputs[0]
+    b, h, w, c = _bhwc(shapes[src] if src < 0 else graph.tensors[src].shape)
+    return [(b, h, w, c // len(node.outputs))] * len(node.outputs)
 
 
 def _boundary(graph: Graph, ops, nodes) -> tuple[list[int], list[int]]:

@@ -135,7 +135,6 @@ def constant_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
     return total
 
 
-
 def _value_ids(nodes: list[GpuNode]) -> dict[int, int]:
     """The order of the delegate's ValueIds, which is the order of its usage records (a
     std::map<ValueId, ...>, and the greedy assignments break ties by record order): the
@@ -146,7 +145,8 @@ def _value_ids(nodes: list[GpuNode]) -> dict[int, int]:
     builder first reads them; one seed-0 and one seed-1 synthetic model fewer come out exact."""
     graph_ids = sorted({t for n in nodes for t in (*n.inputs, *n.outputs) if t >= 0})
     rank = {t: k for k, t in enumerate(graph_ids)}
-    by_input = {n.inputs[0]: n for n in nodes if n.part.startswith("group") and n.inputs}
+    by_input = {n.inputs[0]: n for n in nodes  # each group's convolution, by its input
+                if n.part.startswith("group") and n.part not in ("group_split", "group_concat")}
     for n in nodes:
         if n.part == "group_split":
             for t in n.outputs:

@@ -26,6 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def _one_input(name, hw, c, body):
+    """A graph of one (1, hw, hw, c) input and what `body(builder, input)` returns."""
+    from latpred.builder import GraphBuilder
+
+    b = GraphBuilder(name)
+    b.output(body(b, b.input((1, hw, hw, c))))
+    return b.build()
+
+
 def probe_graphs():
     """Single-op and two-op graphs that isolate one rule each (name, Graph)."""
     from latpred.builder import GraphBuilder
@@ -33,10 +42,7 @@ def probe_graphs():
     out = []
 
     def add(name, hw, c, body):
-        b = GraphBuilder(name)
-        x = b.input((1, hw, hw, c))
-        b.output(body(b, x))
-        out.append((name, b.build()))
+        out.append((name, _one_input(name, hw, c, body)))
 
     for hw in (8, 32, 56):
         for cin in (3, 8, 16, 20, 32, 64, 96):
@@ -75,15 +81,10 @@ def probe_graphs():
 def probe_graphs_thin():
     """Chains the delegate's special kernels may fuse (depthwise + 1x1, thin stems) and grouped
     convolutions (name, Graph)."""
-    from latpred.builder import GraphBuilder
-
     out = []
 
     def add(name, hw, c, body):
-        b = GraphBuilder(name)
-        x = b.input((1, hw, hw, c))
-        b.output(body(b, x))
-        out.append((name, b.build()))
+        out.append((name, _one_input(name, hw, c, body)))
 
     for hw in (28, 56, 112):
         for c in (8, 16, 24, 32, 48, 64, 96):
@@ -108,7 +109,6 @@ def probe_graphs_thin():
 
 def _write_models(models: Path, n_syn: int, n_conv: int, seed: int = 0) -> list[dict]:
     from latpred.sampler import load_space, write_samples
-    from latpred.tflite import write_tflite
     from latpred.zoo import write_models
 
     rows = [{"path": str(p), "source": "corpus"}
@@ -122,20 +122,15 @@ def _write_models(models: Path, n_syn: int, n_conv: int, seed: int = 0) -> list[
             rows += [{"path": str(p), "source": tag} for p in sorted(d.glob("*.tflite"))[:n]]
     write_models(models / "zoo", precision="fp32", seed=0)
     rows += [{"path": str(p), "source": "zoo"} for p in sorted((models / "zoo").glob("*.tflite"))]
-    (models / "probe").mkdir(parents=True, exist_ok=True)
-    for name, g in (*probe_graphs(), *probe_graphs_thin()):
-        p = models / "probe" / f"{name}.tflite"
-        p.write_bytes(write_tflite(g))
-        rows.append({"path": str(p), "source": "probe"})
-    return rows
+    return rows + _write_probes(models, (*probe_graphs(), *probe_graphs_thin()))
 
 
-def _write_probes(models: Path) -> list[dict]:
+def _write_probes(models: Path, graphs) -> list[dict]:
     from latpred.tflite import write_tflite
 
     rows = []
     (models / "probe").mkdir(parents=True, exist_ok=True)
-    for name, g in probe_graphs_thin():
+    for name, g in graphs:
         p = models / "probe" / f"{name}.tflite"
         p.write_bytes(write_tflite(g))
         rows.append({"path": str(p), "source": "probe"})
@@ -173,7 +168,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = _write_probes(Path(a.models)) if a.thin_probes_only else \
+    rows = _write_probes(Path(a.models), probe_graphs_thin()) if a.thin_probes_only else \
         _write_models(Path(a.models), a.n_synthetic, a.n_converter, a.seed)
     if a.only:
         rows = [r for r in rows if r["source"] in a.only.split(",")]

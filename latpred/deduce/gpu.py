@@ -48,13 +48,12 @@ class GpuPart:
     """One subset of the graph as it runs: on the delegate (`nodes`, its fused kernels in
     execution order, with the tensors they read and write) or op by op on the CPU."""
 
-    __slots__ = ("graph", "ops", "nodes", "_plans", "_entries", "_cpu_rules", "_reasons",
-                 "_limit")
+    __slots__ = ("graph", "ops", "nodes", "_plans", "_entries", "_cpu_rules", "_reasons")
 
-    def __init__(self, graph, ops, nodes, plans, entries, cpu_rules, reasons, limit):
+    def __init__(self, graph, ops, nodes, plans, entries, cpu_rules, reasons):
         self.graph, self.ops, self.nodes = graph, ops, nodes
         self._plans, self._entries, self._cpu_rules = plans, entries, cpu_rules
-        self._reasons, self._limit = reasons, limit
+        self._reasons = reasons
 
     @property
     def delegated(self) -> bool:
@@ -65,7 +64,7 @@ class GpuPart:
             return self._plans.kernels(self.nodes, self._entries)
         rules = self._plans.rules
         return [cpu_kernel(self.graph, i, self._cpu_rules, self._reasons[i] or (
-            f"outside the largest GPU partition ({rules.label} delegates {self._limit} "
+            f"outside the largest GPU partition ({rules.label} delegates {rules.max_partitions} "
             f"partition)")) for i in self.ops]
 
 
@@ -79,7 +78,7 @@ def gpu_parts(graph: Graph, target: Target) -> list[GpuPart]:
     subsets = partition(graph, list(map(is_, reasons, repeat(None))))
     delegated = _delegated(subsets, rules.max_partitions)
     return [GpuPart(graph, ops, _delegate(graph, ops, plans, entries) if n in delegated
-                    else None, plans, entries, cpu_rules, reasons, rules.max_partitions)
+                    else None, plans, entries, cpu_rules, reasons)
             for n, (supported, ops) in enumerate(subsets)]
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from latpred.deduce.fusion import GpuNode
 from latpred.deduce.gpu import gpu_parts
+from latpred.deduce.optypes import bhwc
 from latpred.graph import Graph
 from latpred.memory.gpu_assign import greedy_best
 from latpred.memory.prediction import MemoryPrediction, OpMemory
@@ -47,20 +48,8 @@ class GpuDelegatePlan:
     constant: int
 
 
-def _bhwc(shape) -> tuple[int, int, int, int]:
-    """The delegate's BHWC view of a tensor shape (TFLite's rank 1-4)."""
-    s = tuple(int(x) for x in shape) or (1,)
-    if len(s) == 4:
-        return s
-    if len(s) == 3:
-        return (s[0], 1, s[1], s[2])
-    if len(s) == 2:
-        return (s[0], 1, 1, s[1])
-    return (1, 1, 1, s[0])
-
-
 def tensor_bytes(shape, precision: str) -> int:
-    b, h, w, c = _bhwc(shape)
+    b, h, w, c = bhwc(shape)
     return b * h * w * -(-c // 4) * 4 * _ELEMENT_BYTES[precision]
 
 
@@ -165,7 +154,7 @@ def _output_shapes(graph: Graph, node: GpuNode, shapes: dict) -> list[tuple[int,
     if node.part != "group_split":
         return [node.out_shape] * len(node.outputs)
     src = node.inputs[0]
-    b, h, w, c = _bhwc(shapes[src] if src < 0 else graph.tensors[src].shape)
+    b, h, w, c = bhwc(shapes[src] if src < 0 else graph.tensors[src].shape)
     return [(b, h, w, c // len(node.outputs))] * len(node.outputs)
 
 

@@ -64,6 +64,11 @@ class GpuSpec:
     # the GPU's GEMM/conv kernels use, and the L1 / texture cache size; empty / None if unknown.
     tile_shapes: tuple[tuple[int, int], ...] = ()
     l1_bytes: int | None = None
+    # WebGPU's per-shader-stage binding limits (maxStorageBuffersPerShaderStage,
+    # maxStorageTexturesPerShaderStage) as the runtime's device reports them; ML Drift splits
+    # wider concatenations and splits into chains (latpred/memory/gpu_delegate.py).
+    storage_buffers_per_stage: int | None = None
+    storage_textures_per_stage: int | None = None
 
     @property
     def generation(self) -> int | None:
@@ -226,7 +231,9 @@ def _gpu(raw: Any, source: str) -> GpuSpec:
     r = _Reader(raw, source)
     opt = {k: r.integer(k, required=False) for k in ("compute_units", "wave_size",
                                                   "registers_per_cu", "max_waves_per_cu",
-                                                  "cache_line_bytes", "l2_bytes", "l1_bytes")}
+                                                  "cache_line_bytes", "l2_bytes", "l1_bytes",
+                                                  "storage_buffers_per_stage",
+                                                  "storage_textures_per_stage")}
     g = GpuSpec(vendor=r.choice("vendor", GPU_VENDORS), model=r.text("model"),
                 family=r.text("family"), api=r.choice("api", GPU_APIS),
                 precisions=r.choices("precisions", ("fp16", "fp32")),

@@ -13,6 +13,11 @@ class UnsupportedModelError(LatpredError):
     """A readable model latpred cannot handle: control flow, dynamic shapes, several subgraphs."""
 
 
+class DelegateRefusedError(UnsupportedModelError):
+    """A model the target's GPU delegate refuses as a whole, so the runtime cannot run it there
+    (shapes known only at run time; for LiteRT's GPU accelerator alone, ops it cannot take)."""
+
+
 class ShapeError(LatpredError):
     """Shapes that do not fit an operation."""
 

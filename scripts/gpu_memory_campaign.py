@@ -107,6 +107,61 @@ def probe_graphs_thin():
     return out
 
 
+def probe_graphs_groups():
+    """Grouped convolutions ML Drift splits into one convolution a group (channels a group not
+    both multiples of 4), alone and between two 1x1 convolutions, with at most 4 input channels
+    a group (more crash the accelerator: latpred.deduce.rulesets) (name, Graph)."""
+    out = []
+
+    def add(name, hw, c, body):
+        out.append((name, _one_input(name, hw, c, body)))
+
+    for hw in (14, 56, 112):
+        for g in (2, 3, 4, 8, 16):
+            for ci in (1, 2, 3, 4):
+                for co in (1, 2, 3, 5, 6, 7):
+                    if ci == co == 1:
+                        continue    # a depthwise convolution
+                    add(f"gsplit_{hw}_{g}_{ci}_{co}", hw, g * ci,
+                        lambda b, x, g=g, co=co: b.conv2d(x, g * co, 3, groups=g))
+                    add(f"gsplitc_{hw}_{g}_{ci}_{co}", hw, 8,
+                        lambda b, x, g=g, ci=ci, co=co: b.conv2d(b.conv2d(
+                            b.conv2d(x, g * ci, 1), g * co, 3, groups=g), 16, 1))
+    return out
+
+
+def probe_graphs_crash():
+    """Split grouped convolutions with 5 to 8 input channels a group, which the rule says crash
+    the accelerator; each is measured in a process of its own (`--crash-probes`)."""
+    return [(f"gcrash_{hw}_{g}_{ci}_{co}",
+             _one_input(f"gcrash_{hw}_{g}_{ci}_{co}", hw, g * ci,
+                        lambda b, x, g=g, co=co: b.conv2d(x, g * co, 3, groups=g)))
+            for hw in (14, 56) for g in (2, 8) for ci in (5, 6, 8) for co in (3, 5)]
+
+
+def _isolated(job: dict, queue) -> None:
+    queue.put(_measure(job))
+
+
+def _measure_isolated(jobs: list[dict], f) -> None:
+    """Each job in a fresh process, so a crash is recorded with its exit code."""
+    ctx = mp.get_context("spawn")
+    for job in jobs:
+        queue = ctx.Queue()
+        proc = ctx.Process(target=_isolated, args=(job, queue))
+        proc.start()
+        proc.join(120)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        row = queue.get() if not queue.empty() else dict(
+            job, model=Path(job["path"]).stem, error=f"exit code {proc.exitcode}",
+            sha256=hashlib.sha256(Path(job["path"]).read_bytes()).hexdigest())
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        print(row.get("model"), row.get("intermediate"), row.get("error", ""), flush=True)
+
+
 def _write_models(models: Path, n_syn: int, n_conv: int, seed: int = 0) -> list[dict]:
     from latpred.sampler import load_space, write_samples
     from latpred.zoo import write_models
@@ -125,7 +180,7 @@ def _write_models(models: Path, n_syn: int, n_conv: int, seed: int = 0) -> list[
     return rows + _write_probes(models, (*probe_graphs(), *probe_graphs_thin()))
 
 
-def _write_probes(models: Path, graphs) -> list[dict]:
+def _write_probes(models: Path, graphs, source: str = "probe") -> list[dict]:
     from latpred.tflite import write_tflite
 
     rows = []
@@ -133,7 +188,7 @@ def _write_probes(models: Path, graphs) -> list[dict]:
     for name, g in graphs:
         p = models / "probe" / f"{name}.tflite"
         p.write_bytes(write_tflite(g))
-        rows.append({"path": str(p), "source": "probe"})
+        rows.append({"path": str(p), "source": source})
     return rows
 
 
@@ -165,11 +220,24 @@ def main(argv=None) -> None:
     ap.add_argument("--only", default="", help="comma-separated sources to measure")
     ap.add_argument("--thin-probes-only", action="store_true",
                     help="only the second probe set (probe_graphs_thin)")
+    ap.add_argument("--group-probes-only", action="store_true",
+                    help="only the split grouped convolutions (probe_graphs_groups)")
+    ap.add_argument("--crash-probes", action="store_true",
+                    help="only probe_graphs_crash, each in a process of its own")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = _write_probes(Path(a.models), probe_graphs_thin()) if a.thin_probes_only else \
-        _write_models(Path(a.models), a.n_synthetic, a.n_converter, a.seed)
+    if a.crash_probes:
+        rows = _write_probes(Path(a.models), probe_graphs_crash(), "group_probe")
+        with open(out / "gpu_memory.jsonl", "a") as f:
+            _measure_isolated([dict(r, precision=p) for p in a.precisions.split(",")
+                               for r in rows], f)
+        return
+    if a.thin_probes_only or a.group_probes_only:
+        rows = _write_probes(Path(a.models), probe_graphs_thin()) if a.thin_probes_only \
+            else _write_probes(Path(a.models), probe_graphs_groups(), "group_probe")
+    else:
+        rows = _write_models(Path(a.models), a.n_synthetic, a.n_converter, a.seed)
     if a.only:
         rows = [r for r in rows if r["source"] in a.only.split(",")]
     jobs = [dict(r, precision=p) for p in a.precisions.split(",") for r in rows]

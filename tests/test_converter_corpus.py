@@ -9,6 +9,7 @@ When the full corpus has been generated into out/corpus (dev machines), it is ch
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter
 
 from latpred.deduce import deduce
+from latpred.errors import DelegateRefusedError
 from latpred.inspect_model import op_rows, totals
 from latpred.device_profile import available_devices, load_device
 from latpred.target import target_strings
@@ -79,25 +81,61 @@ def test_parameters_match_keras_after_batch_norm_folding(path: Path):
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
 def test_deduces_for_every_target(path: Path):
+    """Every target deduces every op, but a GPU delegate refuses a graph whose shapes are known
+    only at run time (TFLite's ModifyGraphWithDelegate, `deduce.gpu._check_static_shapes`)."""
     graph = read_tflite(path)
+    dynamic = any(op.type == "PACK" for op in graph.ops)   # the converter's dynamic-batch chain
     for target in TARGETS:
+        if "/gpu/" in target and dynamic:
+            with pytest.raises(DelegateRefusedError, match="free batch size"):
+                deduce(graph, target)
+            continue
         kernels = deduce(graph, target)
         covered = sorted(i for k in kernels for i in k.ops)
         assert set(covered) == set(range(len(graph.ops))), target
 
 
-def test_the_dynamic_reshape_chain_runs_on_the_cpu_under_the_gpu_delegate():
-    # SHAPE has no parser in either delegate (gpu_support.TFLITE_29_OPS / MLDRIFT_OPS); the int32
-    # STRIDED_SLICE and PACK fail IsAllAllowedTensors (non-constant tensors must be float); the
-    # RESHAPE gets its shape at run time (ReshapeOperationParser: one runtime input).
+def test_gpu_refusals_match_what_the_h100_compiled():
+    """LiteRT's GPU accelerator compiled the fixtures without the dynamic-batch chain and
+    failed on the others (status 3: the delegate could not be applied), in both precisions
+    (datasets/h100-gpu-memory, session 28)."""
+    import pandas as pd
+
+    runs = pd.read_parquet(ROOT / "datasets" / "h100-gpu-memory" / "models.parquet")
+    runs = runs[runs.source == "corpus"]
+    assert len(runs) == 2 * len(FIXTURES)
+    for r in runs.itertuples():
+        path = ROOT / "tests" / "fixtures" / "corpus" / f"{r.model}.tflite"
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == r.sha256
+        try:
+            deduce(read_tflite(path), f"h100/gpu/{r.precision}")
+            refused = False
+        except DelegateRefusedError:
+            refused = True
+        assert refused == ("status 3" in r.error), (r.model, r.error)
+
+
+def test_the_dynamic_reshape_chain_is_why_the_gpu_delegate_is_refused():
+    # The chain's RESHAPE gets its shape at run time (reshape.cc: kTfLiteOutputShapeNotKnown),
+    # so Prepare finds a dynamic tensor; were the delegate applied, the op would also stay on
+    # the CPU: SHAPE has no parser in either delegate, the int32 STRIDED_SLICE and PACK fail
+    # IsAllAllowedTensors, the RESHAPE has two runtime inputs (ReshapeOperationParser).
+    from latpred.deduce.gpu_support import MLDRIFT_OPS, TFLITE_29_OPS, unsupported_reason
+    from latpred.deduce.prepare import first_run_time_shape
+
     graph = read_tflite(ROOT / "tests" / "fixtures" / "corpus" / "fx_efficientnet_tiny_96.tflite")
+    chain = [i for i, op in enumerate(graph.ops) if op.type in CHAIN]
+    assert len(chain) == 4 * 7
+    stop = first_run_time_shape(graph)
+    assert graph.ops[stop].type == "RESHAPE" and stop == chain[3]
     for target in ("pixel4/gpu/fp16", "h100/gpu/fp16"):
-        by_op = {i: k for k in deduce(graph, target) for i in k.ops}
-        chain = [i for i, op in enumerate(graph.ops) if op.type in CHAIN]
-        assert len(chain) == 4 * 7
-        assert all(by_op[i].device == "cpu" for i in chain)
-        reshapes = [by_op[i].rule for i in chain if graph.ops[i].type == "RESHAPE"]
-        assert all("runtime" in rule for rule in reshapes), reshapes
+        with pytest.raises(DelegateRefusedError, match=f"op {stop} \\(RESHAPE\\)"):
+            deduce(graph, target)
+    for supported, spatial in ((TFLITE_29_OPS, True), (MLDRIFT_OPS, False)):
+        assert all(unsupported_reason(graph, graph.ops[i], supported, spatial) for i in chain)
+    reshapes = [unsupported_reason(graph, graph.ops[i], TFLITE_29_OPS, True) for i in chain
+                if graph.ops[i].type == "RESHAPE"]
+    assert all("run time" in r for r in reshapes), reshapes
 
 
 def test_fixtures_run_in_litert_at_batch_one():

@@ -17,7 +17,7 @@ from latpred.graph import Graph, Op, Tensor
 from latpred.pytorch.compose import chain
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_deduce import GPU_TARGETS, STEPS, random_graph  # noqa: E402
+from test_deduce import GPU_TARGETS, STEPS, deduce_or_refusal, random_graph  # noqa: E402
 
 
 def copy(g: Graph) -> Graph:
@@ -31,7 +31,7 @@ def copy(g: Graph) -> Graph:
 def uncached(g: Graph, target: str) -> list:
     plans_for.cache_clear()
     try:
-        return deduce(copy(g), target)
+        return deduce_or_refusal(copy(g), target)
     finally:
         plans_for.cache_clear()
 
@@ -48,8 +48,8 @@ def test_seen_again_and_new_graphs_deduce_as_with_an_empty_cache(target):
     graphs = random_graphs(40, seed=3)
     expected = [uncached(g, target) for g in graphs]
     for _ in range(3):   # new objects, then entries kept, then entries hit
-        assert [deduce(g, target) for g in graphs] == expected
-    assert [deduce(copy(g), target) for g in graphs] == expected
+        assert [deduce_or_refusal(g, target) for g in graphs] == expected
+    assert [deduce_or_refusal(copy(g), target) for g in graphs] == expected
 
 
 def block(c: int, hw: int, pad: bool, act: str) -> Graph:

@@ -99,6 +99,46 @@ def test_probes_plan_exactly_what_the_accelerator_allocated():
             assert got.intermediate == d.loc[(name, prec), "intermediate"], (name, prec)
 
 
+def test_split_grouped_convolutions_plan_exactly_what_the_accelerator_allocated():
+    """Run 4: 2 to 16 groups of 1 to 4 input and 1 to 7 output channels, alone and between
+    two 1x1 convolutions (fp16); 8 and 16 groups need the split and concat chains."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import gpu_memory_campaign as campaign
+
+    d = _recorded()
+    d = d[(d.source == "group_probe") & (d.error == "")].set_index("model")
+    graphs = dict(campaign.probe_graphs_groups())
+    assert len(d) == len(graphs) == 690
+    target = parse_target("h100/gpu/fp16")
+    for name in sorted(graphs)[::5]:
+        got = plan_delegate(graphs[name], target, "fp16")
+        assert got.intermediate == d.loc[name, "intermediate"], name
+
+
+def test_wide_concatenations_and_splits_become_chains():
+    # GpuModelBuilder::Concat / ::Split with the H100's limits (16 storage buffers, 8 storage
+    # textures a shader stage): 4 inputs a concatenation node, 14 outputs and a rest a split node
+    b = GraphBuilder("wide")
+    x = b.input((1, 8, 8, 8))
+    b.output(b.concat([b.conv2d(x, 4, 1) for _ in range(6)]))
+    plan = plan_delegate(b.build(), parse_target("h100/gpu/fp16"), "fp16")
+    concats = [n for n in plan.nodes if n.type == "concat"]
+    assert [len(n.inputs) for n in concats] == [4, 3]
+    partial = concats[0].outputs[0]
+    assert partial < 0 and concats[1].inputs[0] == partial
+    assert plan.tensors[partial] == 8 * 8 * 16 * 2     # the first four inputs' 16 channels
+    b = GraphBuilder("g16")
+    x = b.input((1, 8, 8, 64))
+    b.output(b.conv2d(x, 48, 3, groups=16))            # 4 in, 3 out a group: split
+    plan = plan_delegate(b.build(), parse_target("h100/gpu/fp16"), "fp16")
+    splits = [n for n in plan.nodes if n.type == "split"]
+    assert [len(n.outputs) for n in splits] == [15, 2]  # 14 groups and a rest of 2, then 2
+    assert plan.tensors[splits[0].outputs[-1]] == 8 * 8 * 8 * 2
+    assert [len(n.inputs) for n in plan.nodes if n.type == "concat"] == [4, 5, 5, 5]
+
+
 def test_the_recorded_figures_are_the_manifests():
     d = _recorded()
     manifest = json.loads((DATA / "manifest.json").read_text())

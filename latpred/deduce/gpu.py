@@ -29,7 +29,8 @@ from latpred.deduce.fusion import GpuNode, merge_elementwise_nodes, merge_nodes
 from latpred.deduce.gpu_plans import OpEntry, OpPlan, Plans, plans_for
 from latpred.deduce.kernel import Kernel
 from latpred.deduce.rulesets import CPU_RULES, GPU_RULES
-from latpred.errors import ShapeError
+from latpred.deduce.prepare import first_run_time_shape
+from latpred.errors import DelegateRefusedError, ShapeError
 from latpred.graph import Graph
 from latpred.target import Target
 
@@ -71,15 +72,70 @@ class GpuPart:
 def gpu_parts(graph: Graph, target: Target) -> list[GpuPart]:
     """The graph's subsets in execution order, each delegated (fused nodes) or on the CPU."""
     rules = GPU_RULES[target.device.gpu_rules]
+    _check_static_shapes(graph, rules)
     cpu_rules = CPU_RULES[target.device.cpu_rules]
     plans = plans_for(rules, target.device.gpu)
     entries = plans.entries(graph)
     reasons = list(map(_REASON, entries))   # C-level passes: a candidate has ~130 ops
     subsets = partition(graph, list(map(is_, reasons, repeat(None))))
     delegated = _delegated(subsets, rules.max_partitions)
-    return [GpuPart(graph, ops, _delegate(graph, ops, plans, entries) if n in delegated
-                    else None, plans, entries, cpu_rules, reasons)
-            for n, (supported, ops) in enumerate(subsets)]
+    if not rules.cpu_fallback and len(delegated) < len(subsets):
+        _refuse_cpu_ops(graph, rules, reasons)
+    parts = [GpuPart(graph, ops, _delegate(graph, ops, plans, entries) if n in delegated
+                     else None, plans, entries, cpu_rules, reasons)
+             for n, (supported, ops) in enumerate(subsets)]
+    if rules.split_group_max_inputs is not None:
+        _check_split_groups(graph, rules, parts)
+    return parts
+
+
+def _check_static_shapes(graph: Graph, rules) -> None:
+    """TFLite applies a delegate without kTfLiteDelegateFlagsAllowDynamicTensors (both GPU
+    delegates: tflite/delegates/gpu/delegate.cc sets no such flag, nor does LiteRT's GPU
+    accelerator) only to a graph whose Prepare finds no dynamic tensor; otherwise
+    ModifyGraphWithDelegate fails ("Attempting to use a delegate that only supports
+    static-sized tensors with a graph that has dynamic-sized tensors", tflite/core/subgraph.cc
+    @ LiteRT f67457790), benchmark_model stops ("Failed to apply GPU delegate.") and LiteRT's
+    CompiledModel fails. Measured: the 46 converter-style models and fixtures of
+    datasets/h100-gpu-memory with TFLiteConverter's dynamic-batch RESHAPE did not compile
+    (status 3), and all 51 without one did."""
+    stop = first_run_time_shape(graph)
+    if stop is not None:
+        op = graph.ops[stop]
+        raise DelegateRefusedError(
+            f"The {rules.label} GPU delegate refuses this model: TFLite applies it only when "
+            f"every tensor's shape is known before the model runs, and op {stop} ({op.type}) "
+            f"gets its output's shape at run time (TFLiteConverter writes this for a Keras "
+            f"model with a free batch size; convert with a fixed batch size).")
+
+
+def _refuse_cpu_ops(graph: Graph, rules, reasons: list[str | None]) -> None:
+    """A rule set without CPU fallback (see `GpuRuleSet.cpu_fallback`) takes the model whole or
+    not at all."""
+    left = [i for i, r in enumerate(reasons) if r is not None]
+    i = left[0]
+    raise DelegateRefusedError(
+        f"The {rules.label} GPU accelerator alone runs a model only when it takes every op, "
+        f"and {len(left)} of {len(graph.ops)} ops would be left for the CPU (op {i}, "
+        f"{graph.ops[i].type}: {reasons[i]}).")
+
+
+def _check_split_groups(graph: Graph, rules, parts: list[GpuPart]) -> None:
+    """A grouped convolution the delegate splits into groups of more input channels than
+    `rules.split_group_max_inputs` crashes the runtime (see the rule set)."""
+    for part in parts:
+        for node in part.nodes or ():
+            if node.part != "group_split":
+                continue
+            op = graph.ops[node.ops[0]]
+            per_group = graph.tensors[op.inputs[1]].shape[-1]
+            if per_group > rules.split_group_max_inputs:
+                raise DelegateRefusedError(
+                    f"The {rules.label} GPU accelerator crashes on this model: op "
+                    f"{node.ops[0]}, a convolution of {len(node.outputs)} groups with "
+                    f"{per_group} input channels each, is split into one convolution a group, "
+                    f"whose weights the delegate copies into a buffer of "
+                    f"{rules.split_group_max_inputs} values (ResolveGroupedConvolution).")
 
 
 def partition(graph: Graph, supported: list[bool]) -> list[tuple[bool, list[int]]]:

@@ -27,6 +27,10 @@ class GpuRuleSet:
       has several (a SPLIT's first part); TFLite 2.9's MergeNodes refuses such nodes.
     - `conv_as_fc`, `grouped_as_depthwise`: convolution rewrites of the ML Drift frontend.
     - `spatial_mean_only`: MEAN is accepted only over height and width.
+    - `cpu_fallback`: ops the delegate does not take run on TFLite's CPU kernels; without it
+      a model the delegate does not take whole is refused (`gpu.gpu_parts`).
+    - `split_group_max_inputs`: a grouped convolution split into per-group convolutions
+      crashes the runtime when a group has more input channels than this (None: no limit).
     """
 
     name: str
@@ -41,6 +45,8 @@ class GpuRuleSet:
     conv_as_fc: bool
     grouped_as_depthwise: bool
     spatial_mean_only: bool
+    cpu_fallback: bool
+    split_group_max_inputs: int | None
 
 
 @dataclass(frozen=True, eq=False)  # registry singletons, hashed per kernel by deduce_cpu's cache
@@ -88,15 +94,27 @@ GPU_RULES: dict[str, GpuRuleSet] = {
         name="tflite-2.9", label="TFLite 2.9", supported=gs.TFLITE_29_OPS,
         linkable=gs.TFLITE_29_LINKABLE, winograd=cs.winograd_tflite29, max_partitions=1,
         associative_reorder=True, merge_elementwise=False, link_first_output=False,
-        conv_as_fc=False, grouped_as_depthwise=False, spatial_mean_only=True),
+        conv_as_fc=False, grouped_as_depthwise=False, spatial_mean_only=True,
+        cpu_fallback=True, split_group_max_inputs=None),
     # LiteRT 2.x GPU accelerator, i.e. ML Drift over WebGPU/Vulkan/OpenCL/Metal (ai-edge-litert
-    # 2.3.0 ships libLiteRtWebGpuAccelerator.so). Assumption: every GPU partition is delegated
-    # (CompiledModel reports is_fully_accelerated per model, not per partition).
+    # 2.3.0 ships libLiteRtWebGpuAccelerator.so); every GPU partition is delegated. latpred
+    # compiles for the GPU accelerator alone (profile/litert_gpu.py), and then LiteRT refuses a
+    # model with ops left for the CPU (litert/runtime/compiled_model.cc @ f67457790, "Some ops
+    # are not accelerated", kLiteRtStatusErrorCompilation): no CPU fallback. Measured: the four
+    # ShuffleNetV2 (5-D channel shuffles) failed with status 504 in the latency and the memory
+    # campaigns, and every model the rules delegate whole compiled.
+    # split_group_max_inputs=4: ResolveGroupedConvolution (LiteRT ml_drift_delegate/tflite/
+    # model_builder.cc @ f67457790) gives each group's weights the shape (O, 0, 0, 0) (it sets
+    # only `shape.o`; ml_drift/common/shape.h zero-initialises the rest), so their buffer holds
+    # XNN_EXTRA_BYTES / 4 = 4 floats, and copying more input channels a group overruns it.
+    # Measured: SIGILL on all 33 synthetic models of datasets/h100-gpu-synthetic with 8 to 56
+    # input channels a split group and on 12 probes with 7; none of the 33 with 4 crashed.
     "litert-2.3-mldrift": GpuRuleSet(
         name="litert-2.3-mldrift", label="LiteRT 2.3 ML Drift", supported=gs.MLDRIFT_OPS,
         linkable=gs.MLDRIFT_LINKABLE, winograd=cs.winograd_mldrift, max_partitions=None,
         associative_reorder=True, merge_elementwise=True, link_first_output=True,
-        conv_as_fc=True, grouped_as_depthwise=True, spatial_mean_only=False),
+        conv_as_fc=True, grouped_as_depthwise=True, spatial_mean_only=False,
+        cpu_fallback=False, split_group_max_inputs=4),
 }
 
 CPU_RULES: dict[str, CpuRuleSet] = {

@@ -35,7 +35,8 @@ from latpred.memory.flat_arrays import (Tensors, Wiring, _csr, batch_tensors, gr
 from latpred.memory.host_cpu import (_FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR,
                                      OVERHEAD_EIGHT_BIT_FIXED, OVERHEAD_FIXED,
                                      OVERHEAD_PER_TENSOR, transient)
-from latpred.memory.litert_builtin import _PREPARE_FOLDS, _REDUCE, set_tensor_table
+from latpred.deduce.prepare import PREPARE_FOLDS, REDUCE
+from latpred.memory.litert_builtin import set_tensor_table
 from latpred.memory.litert_plan import INPLACE
 
 _OPS, _INPUTS, _OUTPUTS = attrgetter("ops"), attrgetter("inputs"), attrgetter("outputs")
@@ -53,12 +54,12 @@ def type_flags(op_type: str) -> int:
     bits = [(op_type in partition._ALWAYS, cg.OP_ALWAYS), (op_type == "SPLIT", cg.OP_SPLIT),
             (static is not None, cg.OP_STATIC), (op_type in xnnpack._POOLS, cg.OP_POOL),
             (op_type == "SOFTMAX", cg.OP_SOFTMAX),
-            (op_type in _REDUCE or op_type in ("CONV_2D", "FULLY_CONNECTED"),
+            (op_type in REDUCE or op_type in ("CONV_2D", "FULLY_CONNECTED"),
              cg.OP_TFLITE_ONLY),
             (bool(INPLACE.get(op_type)), cg.OP_INPLACE),
             (op_type in ("SHAPE", "REDUCE_PROD"), cg.OP_KIND_STOP),
             (op_type == "RESHAPE", cg.OP_RESHAPE), (op_type == "STRIDED_SLICE", cg.OP_SLICE),
-            (op_type in _PREPARE_FOLDS - {"RESHAPE", "STRIDED_SLICE"}, cg.OP_FOLD),
+            (op_type in PREPARE_FOLDS - {"RESHAPE", "STRIDED_SLICE"}, cg.OP_FOLD),
             (op_type in xnnpack._IN_PLACE, cg.OP_XNN_IN_PLACE),
             (op_type in xnnpack._ELIDABLE - xnnpack._POOLS, cg.OP_PAD),
             (op_type in ("CONV_2D", "DEPTHWISE_CONV_2D"), cg.OP_CONV),

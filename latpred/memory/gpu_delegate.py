@@ -17,12 +17,14 @@ The delegate's memory manager (google-ai-edge/ml-drift ml_drift/webgpu/memory_ma
 The nodes are the delegate's fused kernels as `latpred.deduce.gpu` lowers them (a Winograd
 convolution is three, with two tensors of its own: 36 x tiles x channels), after the special
 kernel that matters on this GPU, the thin pointwise chain (`thin_pointwise`), joins short chains
-of small convolutions into one kernel whose inner tensors are never allocated.
+of small convolutions into one kernel whose inner tensors are never allocated, and concatenations
+and splits wider than the device's binding limits become chains (`wide_chains`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 
 from latpred.deduce.fusion import GpuNode
 from latpred.deduce.gpu import gpu_parts
@@ -61,6 +63,12 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
         if not part.delegated:
             continue
         nodes = thin_pointwise(graph, part.nodes, precision)
+        for n in nodes:
+            for t, shape in zip(n.outputs, _output_shapes(graph, n, shapes)):
+                if t < 0:
+                    shapes[t] = shape
+        rank = _value_ids(nodes)
+        nodes = wide_chains(graph, nodes, shapes, rank, target.device.gpu)
         first_last: dict[int, list[int]] = {}
 
         def use(t: int, k: int) -> None:
@@ -78,12 +86,8 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
         for k, n in enumerate(nodes):
             for t in (*n.inputs, *n.outputs):
                 use(t, k)
-            for t, shape in zip(n.outputs, _output_shapes(graph, n, shapes)):
-                if t < 0:
-                    shapes[t] = shape
         for t in part_outputs:
             use(t, len(nodes))
-        rank = _value_ids(nodes)
         order = sorted(first_last, key=rank.__getitem__)
         recs = []
         for t in order:
@@ -146,6 +150,73 @@ def _value_ids(nodes: list[GpuNode]) -> dict[int, int]:
         for t in n.outputs:
             rank.setdefault(t, len(rank))
     return rank
+
+
+def wide_chains(graph: Graph, nodes: list[GpuNode], shapes: dict, rank: dict, gpu
+                ) -> list[GpuNode]:
+    """ML Drift's GPU model builder binds every tensor of a kernel as a storage buffer or
+    texture, so it breaks a concatenation or split wider than the device's limits into a chain
+    (google-ai-edge/ml-drift ml_drift/common/gpu_model_builder.cc @ 48cfed7e):
+    - GpuModelBuilder::Concat: at most max(2, min(storage textures, storage buffers) - 4) inputs
+      a node; node g > 0 reads the previous node's partial result and the next inputs;
+    - GpuModelBuilder::Split: a node has at most `storage buffers - 2` outputs and a rest tensor
+      ("S -> [D0, D1, D2, DRest] and DRest --> [D3, ..., DK]") while more than
+      `storage buffers - 1` outputs remain.
+    The partial results and rests are new tensors, made when the GPU model is built: `shapes`
+    and `rank` (usage-record order, after the graph's values) get them. The split's nodes come
+    where the split was, the concatenation's where it was. The latency lowering keeps one
+    kernel each."""
+    buffers, textures = gpu.storage_buffers_per_stage, gpu.storage_textures_per_stage
+    if buffers is None or textures is None:
+        return nodes
+    max_inputs = max(2, min(textures, buffers) - 4)
+    max_outputs = buffers - 1
+    if all(n.type != "concat" or _concat_sources(graph, n) <= max_inputs for n in nodes) and \
+            all(n.type != "split" or len(n.outputs) <= max_outputs for n in nodes):
+        return nodes
+    fresh = itertools.count(min([0, *(t for n in nodes for t in n.outputs)]) - 1, -1)
+
+    def new_tensor(like: int, channels: int) -> int:
+        t = next(fresh)
+        b, h, w, _ = bhwc(shapes[like] if like < 0 else graph.tensors[like].shape)
+        shapes[t], rank[t] = (b, h, w, channels), len(rank)
+        return t
+
+    def channels(ts) -> int:
+        return sum(bhwc(shapes[t] if t < 0 else graph.tensors[t].shape)[3] for t in ts)
+
+    out: list[GpuNode] = []
+    for n in nodes:
+        k = _concat_sources(graph, n) if n.type == "concat" else 0
+        if k > max_inputs:
+            # the inputs after the sources are read by ops linked in, which run in the last node
+            ins, linked, acc = list(n.inputs[:k]), n.inputs[k:], []
+            while ins:
+                srcs, ins = acc + ins[:max_inputs], ins[max_inputs:]
+                dst = new_tensor(srcs[-1], channels(srcs)) if ins else n.outputs[0]
+                out.append(replace(n, inputs=tuple(srcs) if ins else (*srcs, *linked),
+                                   outputs=(dst,), ops=n.ops[:1] if ins else n.ops))
+                acc = [dst]
+        elif n.type == "split" and len(n.outputs) > max_outputs:
+            src, outs = n.inputs, list(n.outputs)
+            while len(outs) > max_outputs:
+                head, outs = outs[:buffers - 2], outs[buffers - 2:]
+                rest = new_tensor(outs[0], channels(outs))
+                out.append(replace(n, inputs=src, outputs=(*head, rest), ops=n.ops[:1]))
+                src = (rest,)
+            out.append(replace(n, inputs=src, outputs=tuple(outs)))
+        else:
+            out.append(n)
+    return out
+
+
+def _concat_sources(graph: Graph, node: GpuNode) -> int:
+    """How many of a concatenation node's inputs it joins (the others are read by linked ops):
+    a resolved grouped convolution's groups, or the CONCATENATION's non-constant inputs."""
+    op = graph.ops[node.ops[0]]
+    if node.part == "group_concat":
+        return graph.tensors[op.inputs[0]].shape[-1] // graph.tensors[op.inputs[1]].shape[-1]
+    return sum(1 for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant)
 
 
 def _output_shapes(graph: Graph, node: GpuNode, shapes: dict) -> list[tuple[int, ...]]:

@@ -1,13 +1,7 @@
 """What TFLite's built-in kernels add to the plan: allocation types set in Prepare and
 temporaries. LiteRT tag v2.2.0 (= f67457790), tflite/kernels/:
 
-- Allocation types: a tensor with a buffer is kTfLiteMmapRo. SHAPE's output is always
-  kTfLitePersistentRo (shape.cc:66); STRIDED_SLICE (strided_slice.cc:335), GATHER
-  (gather.cc:139), CONCATENATION (concatenation.cc:250) and MUL (mul.cc:131) compute at Prepare
-  into a kTfLitePersistentRo output when their inputs are constant or persistent; RESHAPE
-  copies a constant-or-persistent input the same way (reshape.cc:136), and with a shape
-  computed at run time returns kTfLiteOutputShapeNotKnown (reshape.cc:147), which ends the
-  prepared chunk; STRIDED_SLICE with run-time bounds makes its output dynamic.
+- Allocation types after Prepare: `latpred.deduce.prepare` (the GPU path needs them too).
 - Temporaries (float32 / int8, non-hybrid): CONV_2D allocates an im2col buffer
   [N, OH, OW, KH*KW*Cin/groups] of the input type when the convolution is not 1x1 stride 1
   without dilation (conv.cc `IsIm2ColRequired`, kGenericOptimized; with the multithreaded
@@ -23,13 +17,11 @@ from __future__ import annotations
 
 from math import prod
 
+from latpred.deduce import prepare
+from latpred.deduce.prepare import ARENA, DYNAMIC, MMAP, PERSISTENT_RO, REDUCE, reduce_noop
 from latpred.graph import _ITEMSIZE, Graph, Op
-from latpred.memory.litert_plan import (ARENA, DYNAMIC, INPLACE, MMAP, PERSISTENT_RO,
-                                        PlanInput, PlanNode)
+from latpred.memory.litert_plan import INPLACE, PlanInput, PlanNode
 
-_PREPARE_FOLDS = frozenset({"STRIDED_SLICE", "GATHER", "CONCATENATION", "MUL", "RESHAPE"})
-_REDUCE = frozenset({"MEAN", "SUM", "REDUCE_PROD", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY",
-                     "REDUCE_ALL"})
 _ACCUM = {"float32": ("float32", 4), "int8": ("int32", 4), "uint8": ("int32", 4),
           "int16": ("int32", 4), "int32": ("int64", 8), "int64": ("int64", 8),
           "bool": ("bool", 1)}
@@ -61,68 +53,10 @@ def tensor_bytes(graph: Graph) -> dict[int, int]:
     return dict(enumerate(tensor_table(graph)[0]))
 
 
-# Ops whose Prepare may change an output's allocation type or end a prepared chunk.
-_KIND_SETTERS = _PREPARE_FOLDS | {"SHAPE", "REDUCE_PROD"}
-
-
 def tensor_kinds(graph: Graph) -> tuple[dict[int, str], set[int], bool]:
-    """Each tensor's allocation type after Prepare, the ops that end a prepared chunk, and
-    whether Prepare changed a type (else each is the reader's: mmap for a tensor the model
-    stores, arena for the others)."""
-    kinds = dict(enumerate([MMAP if c else ARENA for c in tensor_table(graph)[1]]))
-    stops: set[int] = set()
-    changed = False
-
-    def known(t: int) -> bool:
-        return t < 0 or kinds[t] in _KNOWN
-
-    for i, op in enumerate(graph.ops):
-        if op.type not in _KIND_SETTERS:
-            continue
-        kind = None
-        if op.type == "SHAPE":
-            kind = PERSISTENT_RO
-        elif op.type == "RESHAPE":
-            shape_known = len(op.inputs) < 2 or known(op.inputs[1])
-            if not shape_known:
-                stops.add(i)
-            elif known(op.inputs[0]):
-                kind = PERSISTENT_RO
-        elif op.type == "STRIDED_SLICE":
-            if not _all_known(kinds, op.inputs[1:4]):
-                kind = DYNAMIC
-                stops.add(i)
-            elif _all_known(kinds, op.inputs):
-                kind = PERSISTENT_RO
-        elif op.type in _PREPARE_FOLDS:
-            # (all known first: the test that fails fast on an activation input)
-            if _all_known(kinds, op.inputs) and any(t >= 0 for t in op.inputs):
-                kind = PERSISTENT_RO
-        elif _reduce_noop(graph, op, known):
-            kind = PERSISTENT_RO
-        if kind is not None:
-            kinds[op.outputs[0] if op.outputs else -1] = kind
-            changed = True
-    return kinds, stops, changed
-
-
-_KNOWN = (MMAP, PERSISTENT_RO)      # data known at Prepare
-
-
-def _all_known(kinds: dict[int, str], tensors) -> bool:
-    """Whether every present tensor of `tensors` has its data at Prepare."""
-    for t in tensors:
-        if t >= 0 and kinds[t] not in _KNOWN:
-            return False
-    return True
-
-
-def _reduce_noop(graph: Graph, op: Op, known) -> bool:
-    """REDUCE_PROD of a constant-or-persistent input and axis into at most 8 elements runs in
-    Prepare into a kTfLitePersistentRo output (reduce.cc:402, kMaxConstantOutputTensorSize,
-    `PrepareProd` :559); MEAN/SUM keep an arena output."""
-    return (op.type == "REDUCE_PROD" and known(op.inputs[0]) and known(op.inputs[1])
-            and graph.tensors[op.outputs[0]].size <= 8)
+    """`deduce.prepare.tensor_kinds` on the graph's cached constant flags: each tensor's
+    allocation type after Prepare, the ops that end a prepared chunk, whether a type changed."""
+    return prepare.tensor_kinds(graph, tensor_table(graph)[1])
 
 
 def temporaries(graph: Graph, op: Op, kinds: dict[int, str] | None = None
@@ -143,14 +77,14 @@ def temporaries(graph: Graph, op: Op, kinds: dict[int, str] | None = None
         return [("im2col", n * oh * ow * depth * x.itemsize, ARENA)], 1
     if op.type == "FULLY_CONNECTED":
         return [], 6
-    if op.type in _REDUCE:
+    if op.type in REDUCE:
         x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
         axes = graph.tensors[op.inputs[1]]
         kinds = kinds or {}
         folded = kinds.get(op.inputs[0], MMAP if x.is_constant else ARENA) in \
             (MMAP, PERSISTENT_RO)
         rank = 4 * len(x.shape)
-        if _reduce_noop(graph, op, lambda t: kinds.get(t) in (MMAP, PERSISTENT_RO)):
+        if reduce_noop(graph, op, lambda t: kinds.get(t) in (MMAP, PERSISTENT_RO)):
             return [("reduce_index", rank, ARENA), ("reduce_resolved_axis", 0, DYNAMIC),
                     ("reduce_accum", 0, DYNAMIC), ("reduce_normalized_dims", 0, DYNAMIC)], 4
         temps = [("reduce_index", rank, ARENA),

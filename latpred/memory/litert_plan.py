@@ -28,6 +28,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from latpred.deduce.prepare import (  # noqa: F401 (the plan's allocation types)
+    ARENA, DYNAMIC, MMAP, PERSISTENT_ARENA, PERSISTENT_RO)
 from latpred.memory.arena import NEVER, Alloc, SimpleArena, allocation_order
 
 # inplace_operator flags (tflite/core/c/common.h:1173)
@@ -39,9 +41,6 @@ INPLACE = {"ADD": INPUT0 | INPUT1, "SUB": INPUT0 | INPUT1, "MUL": INPUT0 | INPUT
            "RESHAPE": INPUT0 | DATA_UNMODIFIED, "SQUEEZE": INPUT0 | DATA_UNMODIFIED,
            "EXPAND_DIMS": INPUT0 | DATA_UNMODIFIED, "BITCAST": INPUT0 | DATA_UNMODIFIED}
 
-# Allocation types (TfLiteAllocationType) the plan distinguishes.
-ARENA, PERSISTENT_ARENA, MMAP, PERSISTENT_RO, DYNAMIC = \
-    "arena", "persistent_arena", "mmap", "persistent_ro", "dynamic"
 
 
 class PlanNode(NamedTuple):

@@ -2,9 +2,13 @@
 
 The protocol, as proven on the device machine (docs/measurement.md has the figures):
 
-- compile with `HardwareAccelerator.GPU`, fp16 unless fp32 is asked for (`enforce_f32`), and
-  record `is_fully_accelerated()`: a model that partly falls back to the CPU is still timed but
-  reported as such, never silently mixed with the rest;
+- compile with `HardwareAccelerator.GPU` alone, fp16 unless fp32 is asked for (`enforce_f32`),
+  and record `is_fully_accelerated()`. With the GPU alone LiteRT 2.3.0 refuses a model that
+  would leave ops to the CPU ("Some ops are not accelerated", litert/runtime/compiled_model.cc;
+  the zoo's ShuffleNetV2 failed so), and TFLite refuses the delegate for a graph with run-time
+  shapes (`latpred.deduce.gpu`, `_check_static_shapes`): such models fail to compile rather
+  than fall back. A model that did compile and still reported a CPU part would be timed but
+  recorded as failed (`cpu_fallback`), never silently mixed with the rest;
 - `run_by_index` does not wait for the GPU: it returns after about 0.05-0.1 ms of host work
   while the GPU may still be busy for longer. So single calls are not timed; a pass times many
   back-to-back calls and ends with a read-back of one output, which waits for the GPU; the

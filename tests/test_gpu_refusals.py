@@ -1,0 +1,93 @@
+"""What LiteRT's GPU accelerator on the H100 would not run, against what latpred refuses.
+
+Every model of the measured GPU datasets either ran or failed, and latpred must refuse exactly
+the ones that failed (`latpred.deduce.gpu`): the delegate not applied to a graph with run-time
+shapes (compile status 3), ops left for the CPU with the GPU alone (status 504), and the crash
+on grouped convolutions split into groups of more than 4 input channels (SIGILL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from latpred.deduce import deduce
+from latpred.errors import DelegateRefusedError
+from latpred.sampler import load_space
+from latpred.sampler.build import build_graph
+from latpred.sampler.draw import sample_one
+from latpred.tflite import read_tflite, write_tflite
+from latpred.zoo import build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def refusal(graph, target: str) -> str:
+    try:
+        deduce(graph, target)
+    except DelegateRefusedError as e:
+        return str(e)
+    return ""
+
+
+def test_the_zoo_models_that_did_not_compile_are_refused():
+    runs = pd.read_parquet(ROOT / "datasets" / "h100-gpu-zoo" / "models.parquet")
+    for r in runs.itertuples():
+        why = refusal(build(r.model_id), r.target)
+        assert bool(why) == (r.status == "failed"), (r.model_id, why, r.error)
+        if why:
+            assert "left for the CPU" in why
+    assert (runs.status == "failed").sum() == 4      # the four ShuffleNetV2
+
+
+def test_the_synthetic_models_that_crashed_are_refused():
+    runs = pd.read_parquet(ROOT / "datasets" / "h100-gpu-synthetic" / "models.parquet")
+    crashed = 0
+    for r in runs.itertuples():
+        why = refusal(build_graph(json.loads(r.arch)), r.target)
+        assert bool(why) == (r.status == "failed"), (r.model_id, why, r.error)
+        if why:
+            assert "SIGILL" in r.error and "crashes" in why
+            crashed += 1
+    assert crashed == 33
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_converter_models_that_did_not_compile_are_refused(seed):
+    runs = pd.read_parquet(ROOT / "datasets" / "h100-gpu-memory" / "models.parquet")
+    runs = runs[runs.model.str.startswith(f"converter_cnn-s{seed}-")]
+    space = load_space(ROOT / "search_space" / "converter_cnn.yaml")
+    assert len(runs) > 0
+    for r in runs.itertuples():
+        index = int(r.model.rsplit("-", 1)[1])
+        weights_seed = int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+        data = write_tflite(build_graph(sample_one(space, seed, index)), None, "fp32",
+                            seed=weights_seed)   # as `write_samples` wrote the file measured
+        assert hashlib.sha256(data).hexdigest() == r.sha256, r.model
+        why = refusal(read_tflite(data), f"h100/gpu/{r.precision}")
+        assert bool(why) == bool(r.error), (r.model, why, r.error)
+        if why:
+            assert "status 3" in r.error and "free batch size" in why
+
+
+def test_the_grouped_probes_that_crashed_are_refused():
+    """Run 4 of datasets/h100-gpu-memory: 24 split grouped convolutions with 5 to 8 input
+    channels a group, each alone in a process, all died with SIGILL (exit code -4); the 690
+    with 1 to 4 compiled."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_memory_campaign as campaign
+
+    runs = pd.read_parquet(ROOT / "datasets" / "h100-gpu-memory" / "models.parquet")
+    runs = runs[runs.source == "group_probe"].set_index("model")
+    graphs = dict(campaign.probe_graphs_groups() + campaign.probe_graphs_crash())
+    assert len(runs) == len(graphs) == 714
+    for name, graph in sorted(graphs.items())[::3]:
+        why = refusal(graph, "h100/gpu/fp16")
+        assert bool(why) == (runs.loc[name, "error"] == "exit code -4"), (name, why)

@@ -12,6 +12,7 @@ import pandas as pd
 
 from latpred.dataset import Dataset
 from latpred.deduce import deduce
+from latpred.errors import DelegateRefusedError
 from latpred.features import kernel_features
 from latpred.sampler import build_graph, sample
 from latpred.target import parse_target
@@ -48,7 +49,11 @@ def simulate(root: str | Path, target: str = "host/cpu/fp32/t1", n_models: int =
     for arch in sample(SPACE, n_models, seed):
         g = build_graph(arch)
         total = 0.0
-        ks = deduce(g, t)
+        try:
+            ks = deduce(g, t)
+        except DelegateRefusedError:
+            continue    # the runtime would not run it (a GPU target): never measured
+
         for i, k in enumerate(ks):
             f = kernel_features(g, k, t)
             ms = kernel_ms(k.type, f) * type_scale.get(k.type, 1.0) * rng.lognormal(0, noise)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from latpred.errors import PredictorError
+from latpred.errors import DelegateRefusedError, PredictorError
 from latpred.gc_pause import paused_gc
 from latpred.graph import Graph
 from latpred.predictors.overhead import OverheadModel, fit_overhead
@@ -160,8 +160,12 @@ class LatencyModel:
         target = self._target()
         with paused_gc():
             graphs = [_as_graph(g, example_inputs) for g in graphs]
-            kernels = [tuple(deduce(g, target)) for g in graphs] if visit is None else \
-                [_visited(tuple(deduce(g, target)), visit, g) for g in graphs]
+            try:
+                kernels = [tuple(deduce(g, target)) for g in graphs] if visit is None else \
+                    [_visited(tuple(deduce(g, target)), visit, g) for g in graphs]
+            except DelegateRefusedError:
+                _name_the_refused(graphs, target)
+                raise
             batch, missing = self.feature_batch(graphs, kernels, allow_fallback=allow_fallback)
             return self._predict_batch(graphs, kernels, batch, missing), graphs, kernels, batch
 
@@ -285,6 +289,20 @@ def _fit_residual(kernels, models, types, spec, overhead, counts, mode: str, see
     typed = {t: counts[t].to_numpy() for t in counts.columns}
     base = total + overhead.predict(n, total, typed)
     return fit_residual(counts, sums, base, models["latency_ms"].to_numpy(), seed)
+
+
+def _name_the_refused(graphs: Sequence[Graph], target) -> None:
+    """Raise the refusal again with the position and name of the first model refused, so a
+    search scoring a batch knows which candidate to drop (only on the error path)."""
+    from latpred.deduce import deduce
+
+    for i, g in enumerate(graphs):
+        try:
+            deduce(g, target)
+        except DelegateRefusedError as e:
+            if len(graphs) > 1:
+                raise DelegateRefusedError(f"Model {i} of the batch ({g.name}): {e}") from e
+            raise
 
 
 def _visited(kernels: tuple, visit: Callable[[Graph], Any], graph: Graph) -> tuple:

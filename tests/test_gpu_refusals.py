@@ -91,3 +91,22 @@ def test_the_grouped_probes_that_crashed_are_refused():
     for name, graph in sorted(graphs.items())[::3]:
         why = refusal(graph, "h100/gpu/fp16")
         assert bool(why) == (runs.loc[name, "error"] == "exit code -4"), (name, why)
+
+
+def test_the_first_op_shaped_at_run_time():
+    from latpred.builder import GraphBuilder
+    from latpred.deduce.prepare import first_run_time_shape
+
+    b = GraphBuilder("static")
+    x = b.input((1, 8, 8, 16))
+    b.output(b.reshape(b.mean(x), (1, 1, 1, 16)))      # a stored new shape
+    assert first_run_time_shape(b.build()) is None
+    b = GraphBuilder("dynamic")
+    x = b.input((1, 8, 8, 16))
+    b.output(b.dynamic_reshape(b.mean(x, keep_dims=False), (1, 1, 1, 16)))
+    g = b.build()
+    stop = first_run_time_shape(g)
+    assert g.ops[stop].type == "RESHAPE" and stop == len(g.ops) - 1
+    for target in ("pixel4/gpu/fp16", "h100/gpu/fp32"):
+        assert "free batch size" in refusal(g, target)
+    assert refusal(g, "host/cpu/fp32/t1") == ""              # XNNPACK allows dynamic tensors

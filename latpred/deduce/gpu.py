@@ -1,5 +1,9 @@
 """The GPU path: partition the graph, lower ops to delegate kernels, then fuse them.
 
+0. A model the runtime would not run on the GPU is refused with a `DelegateRefusedError`:
+   TFLite applies no GPU delegate to a graph with run-time shapes, LiteRT's GPU accelerator
+   alone takes a model whole or not at all, and it crashes on some split grouped convolutions
+   (`gpu_parts`, the rule set's `cpu_fallback` and `split_group_max_inputs`).
 1. Each op is checked against the delegate's op list (`gpu_support`). The graph is split into
    independent subsets of supported and unsupported ops the way TFLite does
    (PartitionGraphIntoIndependentNodeSubsets, tensorflow/lite/graph_info.cc); the delegate takes

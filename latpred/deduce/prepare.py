@@ -99,7 +99,18 @@ def first_run_time_shape(graph: Graph) -> int | None:
     shape is known only at run time, or None when every shape is known before the model runs:
     TFLiteConverter's dynamic-batch idiom (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE) is the
     common case."""
-    if not any(op.type in ("RESHAPE", "STRIDED_SLICE") for op in graph.ops):
-        return None   # the only two ops that end a chunk (a NAS loop's usual graph)
+    if not any(_reads_a_computed_shape(graph, op) for op in graph.ops):
+        return None   # a NAS loop's usual graph: nothing can end a chunk
     _, stops, _ = tensor_kinds(graph, [t.is_constant for t in graph.tensors])
     return min(stops, default=None)
+
+
+def _reads_a_computed_shape(graph: Graph, op: Op) -> bool:
+    """Whether `op` is one of the two that can end a chunk (`tensor_kinds`) and reads its
+    shape or bounds from a tensor the model does not store (a cheap necessary condition)."""
+    if op.type == "RESHAPE":
+        shape = op.inputs[1] if len(op.inputs) > 1 else -1
+        return shape >= 0 and not graph.tensors[shape].is_constant
+    if op.type == "STRIDED_SLICE":
+        return any(t >= 0 and not graph.tensors[t].is_constant for t in op.inputs[1:4])
+    return False

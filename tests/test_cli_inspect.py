@@ -79,6 +79,11 @@ def test_metadata_without_the_optional_package_says_how_to_install(monkeypatch):
     (("inspect", "/no/such/model.tflite"), "does not exist"),
     (("inspect", __file__), "not a TFLite model"),
     (("inspect", str(FIXTURES / "small_cnn.tflite"), "--target", "nosuchphone/gpu/fp16"), "pixel4"),
+    # a converter file the GPU delegate refuses (its Keras Reshape gets its shape at run time)
+    (("inspect", str(FIXTURES / "corpus" / "fx_efficientnet_tiny_96.tflite"), "--target",
+      "pixel4/gpu/fp16"), "free batch size"),
+    (("inspect", str(FIXTURES / "corpus" / "fx_efficientnet_tiny_96.tflite"), "--memory",
+      "--target", "h100/gpu/fp16"), "free batch size"),
 ])
 def test_bad_input_is_one_sentence_and_exit_code_2(args, message):
     result = run(*args)

@@ -130,6 +130,33 @@ def probe_graphs_groups():
     return out
 
 
+def probe_graphs_wide():
+    """Graph CONCATENATIONs of 3 to 17 inputs (one with an ADD linked in) and SPLITs into 8
+    to 32 parts: the chains `memory.gpu_delegate.wide_chains` found on grouped convolutions,
+    on the graph's own ops (name, Graph)."""
+    out = []
+
+    def add(name, hw, c, body):
+        out.append((name, _one_input(name, hw, c, body)))
+
+    for hw in (14, 56):
+        for n in (3, 4, 5, 6, 7, 8, 9, 12, 16, 17):
+            for c in (4, 6):
+                add(f"wconcat_{hw}_{n}_{c}", hw, 8, lambda b, x, n=n, c=c: b.concat(
+                    [b.conv2d(x, c + (k % 3), 1) for k in range(n)]))
+            add(f"wconcatadd_{hw}_{n}", hw, 8, lambda b, x, n=n: _concat_add(b, x, n))
+        for n in (8, 14, 15, 16, 17, 20, 30, 32):
+            add(f"wsplit_{hw}_{n}", hw, 4 * n, lambda b, x, n=n: b.concat(
+                [b.conv2d(p, 8, 1) for p in b.split(x, n)]))
+    return out
+
+
+def _concat_add(b, x, n):
+    """An ADD the delegate links into the concatenation: its other operand written first."""
+    y = b.conv2d(x, 4 * n, 1)
+    return b.add(b.concat([b.conv2d(x, 4, 1) for _ in range(n)]), y)
+
+
 def probe_graphs_crash():
     """Split grouped convolutions with 5 to 8 input channels a group, which the rule says crash
     the accelerator; each is measured in a process of its own (`--crash-probes`)."""
@@ -222,6 +249,8 @@ def main(argv=None) -> None:
                     help="only the second probe set (probe_graphs_thin)")
     ap.add_argument("--group-probes-only", action="store_true",
                     help="only the split grouped convolutions (probe_graphs_groups)")
+    ap.add_argument("--wide-probes-only", action="store_true",
+                    help="only the wide concatenations and splits (probe_graphs_wide)")
     ap.add_argument("--crash-probes", action="store_true",
                     help="only probe_graphs_crash, each in a process of its own")
     a = ap.parse_args(argv)
@@ -233,9 +262,11 @@ def main(argv=None) -> None:
             _measure_isolated([dict(r, precision=p) for p in a.precisions.split(",")
                                for r in rows], f)
         return
-    if a.thin_probes_only or a.group_probes_only:
+    if a.thin_probes_only or a.group_probes_only or a.wide_probes_only:
         rows = _write_probes(Path(a.models), probe_graphs_thin()) if a.thin_probes_only \
-            else _write_probes(Path(a.models), probe_graphs_groups(), "group_probe")
+            else _write_probes(Path(a.models), probe_graphs_groups(), "group_probe") \
+            if a.group_probes_only else _write_probes(Path(a.models), probe_graphs_wide(),
+                                                      "wide_probe")
     else:
         rows = _write_models(Path(a.models), a.n_synthetic, a.n_converter, a.seed)
     if a.only:

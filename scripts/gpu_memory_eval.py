@@ -2,7 +2,7 @@
 planner against them (the accelerator's own figures).
 
   python scripts/gpu_memory_eval.py assemble --runs out/run1.jsonl out/run2.jsonl out/run3.jsonl \
-      out/run4.jsonl --out datasets/h100-gpu-memory
+      out/run4.jsonl out/run5.jsonl --out datasets/h100-gpu-memory
   python scripts/gpu_memory_eval.py score --data datasets/h100-gpu-memory
 
 `score` writes the models again from their seeds here (the rows' sha256 must match) and prints,
@@ -45,7 +45,9 @@ def assemble(runs: list[str], out: Path) -> None:
         "H200 (run 2: thin probes and the synthetic models again; run 3: the seed-1 samples, "
         "held out; run 4, session 29: 690 split grouped-convolution probes in fp16 and 24 "
         "with 5-8 input channels a group, each alone in a process, all of which died with "
-        "SIGILL; the 24 rows' sha256 were computed here from the same deterministic writer), "
+        "SIGILL; the 24 rows' sha256 were computed here from the same deterministic writer; "
+        "run 5, session 29, held out: 76 wide concatenation and split probes in fp16 and fp32, "
+        "measured after the chain rule was committed), "
         "driver 580.159.04",
         "rows": len(d), "failed_to_compile": int((d.error != "").sum()),
         "models": "scripts/gpu_memory_campaign.py (seeds: synthetic_cnn / converter_cnn seed 0, "
@@ -60,7 +62,8 @@ def _graphs(d: pd.DataFrame) -> dict:
     from latpred.zoo import write_models
 
     graphs = dict(campaign.probe_graphs() + campaign.probe_graphs_thin()
-                  + campaign.probe_graphs_groups() + campaign.probe_graphs_crash())
+                  + campaign.probe_graphs_groups() + campaign.probe_graphs_crash()
+                  + campaign.probe_graphs_wide())
     tmp = Path(tempfile.mkdtemp())
     # the sampled models' names carry their space, seed and index: write each space and seed
     # with as many samples as were measured

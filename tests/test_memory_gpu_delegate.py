@@ -117,6 +117,23 @@ def test_split_grouped_convolutions_plan_exactly_what_the_accelerator_allocated(
         assert got.intermediate == d.loc[name, "intermediate"], name
 
 
+def test_wide_graph_concatenations_and_splits_plan_exactly_what_the_accelerator_allocated():
+    """Run 5, held out (measured after the chain rule was committed): the graph's own
+    CONCATENATIONs of 3 to 17 inputs, one with an ADD linked in, and SPLITs into 8 to 32."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import gpu_memory_campaign as campaign
+
+    d = _recorded()
+    d = d[d.source == "wide_probe"].set_index(["model", "precision"])
+    graphs = dict(campaign.probe_graphs_wide())
+    assert len(d) == 2 * len(graphs) == 152
+    for (name, prec), row in d.iloc[::2].iterrows():
+        got = plan_delegate(graphs[name], parse_target(f"h100/gpu/{prec}"), prec)
+        assert got.intermediate == row.intermediate, (name, prec)
+
+
 def test_wide_concatenations_and_splits_become_chains():
     # GpuModelBuilder::Concat / ::Split with the H100's limits (16 storage buffers, 8 storage
     # textures a shader stage): 4 inputs a concatenation node, 14 outputs and a rest a split node

@@ -151,6 +151,19 @@ def probe_graphs_wide():
     return out
 
 
+def probe_graphs_small():
+    """Convolutions on small maps (1 to 7 pixels square), where ML Drift may keep weights as
+    constant tensors (name, Graph)."""
+    out = []
+    for hw in range(1, 8):
+        for k in (1, 3):
+            for cin, cout in ((16, 16), (56, 336), (112, 1280), (20, 30), (64, 100)):
+                name = f"small{k}_{hw}_{cin}_{cout}"
+                out.append((name, _one_input(name, hw, cin,
+                                             lambda b, x, cout=cout, k=k: b.conv2d(x, cout, k))))
+    return out
+
+
 def _concat_add(b, x, n):
     """An ADD the delegate links into the concatenation: its other operand written first."""
     y = b.conv2d(x, 4 * n, 1)
@@ -235,6 +248,11 @@ def _measure(job: dict) -> dict:
     return row
 
 
+# --probe-set NAME: (the graphs, the rows' source)
+PROBE_SETS = {"thin": (probe_graphs_thin, "probe"), "groups": (probe_graphs_groups, "group_probe"),
+              "wide": (probe_graphs_wide, "wide_probe"), "small": (probe_graphs_small, "small_probe")}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -245,12 +263,8 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--precisions", default="fp16,fp32")
     ap.add_argument("--only", default="", help="comma-separated sources to measure")
-    ap.add_argument("--thin-probes-only", action="store_true",
-                    help="only the second probe set (probe_graphs_thin)")
-    ap.add_argument("--group-probes-only", action="store_true",
-                    help="only the split grouped convolutions (probe_graphs_groups)")
-    ap.add_argument("--wide-probes-only", action="store_true",
-                    help="only the wide concatenations and splits (probe_graphs_wide)")
+    ap.add_argument("--probe-set", choices=sorted(PROBE_SETS),
+                    help="only this probe set (without the memory corpus)")
     ap.add_argument("--crash-probes", action="store_true",
                     help="only probe_graphs_crash, each in a process of its own")
     a = ap.parse_args(argv)
@@ -262,11 +276,9 @@ def main(argv=None) -> None:
             _measure_isolated([dict(r, precision=p) for p in a.precisions.split(",")
                                for r in rows], f)
         return
-    if a.thin_probes_only or a.group_probes_only or a.wide_probes_only:
-        rows = _write_probes(Path(a.models), probe_graphs_thin()) if a.thin_probes_only \
-            else _write_probes(Path(a.models), probe_graphs_groups(), "group_probe") \
-            if a.group_probes_only else _write_probes(Path(a.models), probe_graphs_wide(),
-                                                      "wide_probe")
+    if a.probe_set:
+        graphs, source = PROBE_SETS[a.probe_set]
+        rows = _write_probes(Path(a.models), graphs(), source)
     else:
         rows = _write_models(Path(a.models), a.n_synthetic, a.n_converter, a.seed)
     if a.only:

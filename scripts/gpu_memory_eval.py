@@ -2,7 +2,7 @@
 planner against them (the accelerator's own figures).
 
   python scripts/gpu_memory_eval.py assemble --runs out/run1.jsonl out/run2.jsonl out/run3.jsonl \
-      out/run4.jsonl out/run5.jsonl --out datasets/h100-gpu-memory
+      out/run4.jsonl out/run5.jsonl out/run6.jsonl --out datasets/h100-gpu-memory
   python scripts/gpu_memory_eval.py score --data datasets/h100-gpu-memory
 
 `score` writes the models again from their seeds here (the rows' sha256 must match) and prints,
@@ -47,7 +47,8 @@ def assemble(runs: list[str], out: Path) -> None:
         "with 5-8 input channels a group, each alone in a process, all of which died with "
         "SIGILL; the 24 rows' sha256 were computed here from the same deterministic writer; "
         "run 5, session 29, held out: 76 wide concatenation and split probes in fp16 and fp32, "
-        "measured after the chain rule was committed), "
+        "measured after the chain rule was committed; run 6, session 29: 70 convolutions on "
+        "1x1 to 7x7 maps, fp16 and fp32), "
         "driver 580.159.04",
         "rows": len(d), "failed_to_compile": int((d.error != "").sum()),
         "models": "scripts/gpu_memory_campaign.py (seeds: synthetic_cnn / converter_cnn seed 0, "
@@ -63,7 +64,7 @@ def _graphs(d: pd.DataFrame) -> dict:
 
     graphs = dict(campaign.probe_graphs() + campaign.probe_graphs_thin()
                   + campaign.probe_graphs_groups() + campaign.probe_graphs_crash()
-                  + campaign.probe_graphs_wide())
+                  + campaign.probe_graphs_wide() + campaign.probe_graphs_small())
     tmp = Path(tempfile.mkdtemp())
     # the sampled models' names carry their space, seed and index: write each space and seed
     # with as many samples as were measured

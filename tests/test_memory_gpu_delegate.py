@@ -134,6 +134,26 @@ def test_wide_graph_concatenations_and_splits_plan_exactly_what_the_accelerator_
         assert got.intermediate == row.intermediate, (name, prec)
 
 
+def test_small_map_pointwise_convolutions_hold_their_weights_as_constants():
+    """Run 6: ML Drift runs a 1x1 convolution whose output has at most 16 pixels (fp16; 8 in
+    fp32) as fully connected, with its weights as constant tensors; 3x3 kernels never."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import gpu_memory_campaign as campaign
+
+    d = _recorded()
+    d = d[d.source == "small_probe"].set_index(["model", "precision"])
+    graphs = dict(campaign.probe_graphs_small())
+    assert len(d) == 2 * len(graphs) == 140
+    for (name, prec), row in d.iterrows():
+        got = plan_delegate(graphs[name], parse_target(f"h100/gpu/{prec}"), prec)
+        assert (got.intermediate, got.constant) == (row.intermediate, row.constant), (name, prec)
+    held = {(m, p) for (m, p), c in d.constant.items() if c > 0}
+    assert ("small1_4_16_16", "fp16") in held and ("small1_4_16_16", "fp32") not in held
+    assert not any(m.startswith("small3") for m, _ in held)
+
+
 def test_wide_concatenations_and_splits_become_chains():
     # GpuModelBuilder::Concat / ::Split with the H100's limits (16 storage buffers, 8 storage
     # textures a shader stage): 4 inputs a concatenation node, 14 outputs and a rest a split node

@@ -9,10 +9,11 @@ The delegate's memory manager (google-ai-edge/ml-drift ml_drift/webgpu/memory_ma
   (CollectUsageInformation); tensors share buffers as `gpu_assign.greedy_best` packs them
   (AllocateMemoryForBuffers: MemoryStrategy::GREEDY_BEST);
 - **constant**: tensors the graph keeps constant on the GPU (AllocateMemoryForConstTensors):
-  fully-connected weights and biases (input and output channels aligned to 4), a Winograd
-  convolution's transformed weights (36 x C_in x C_out) and the constant operands of
-  element-wise ops. Measured: the rest of the weights (convolutions, depthwise) travel as the
-  kernels' own arguments, which the accelerator does not report (`constant_bytes`).
+  fully-connected weights and biases (input and output channels aligned to 4) and a Winograd
+  convolution's transformed weights (36 x C_in x C_out). Measured: the rest of the weights
+  (convolutions, depthwise) and the scalar and per-channel constant operands of element-wise
+  ops travel as the kernels' own arguments, which the accelerator does not report
+  (`constant_bytes`).
 
 The nodes are the delegate's fused kernels as `latpred.deduce.gpu` lowers them (a Winograd
 convolution is three, with two tensors of its own: 36 x tiles x channels), after the special
@@ -104,9 +105,6 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
                            sum(constant_bytes(graph, n, precision) for n in all_nodes))
 
 
-_ELEMENTWISE_WITH_CONSTANTS = ("ADD", "MUL", "SUB", "DIV", "MAXIMUM", "MINIMUM")
-
-
 def constant_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
     """The constant tensors the delegate allocates for one fused node (see the module)."""
     e = _ELEMENT_BYTES[precision]
@@ -115,17 +113,37 @@ def constant_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
     if node.type == "winograd_matmul":
         o, _, _, i = graph.tensors[op.inputs[1]].shape
         total += 36 * i * o * e
-    elif node.type == "fc" and len(op.inputs) > 1:
+    elif (node.type == "fc" and len(op.inputs) > 1) or _conv_runs_as_fc(graph, node, precision):
         w = graph.tensors[op.inputs[1]].shape
         o, i = w[0], w[-1]
         total += (_align4(i) * _align4(o) + _align4(o)) * e
-    linked = node.ops[1:] + ((node.ops[0],) if node.type == "elementwise" else ())
-    for k in linked:
-        o = graph.ops[k]
-        if o.type in _ELEMENTWISE_WITH_CONSTANTS:
-            total += sum(graph.tensors[t].size for t in o.inputs
-                         if t >= 0 and graph.tensors[t].is_constant) * e
+    # Element-wise ops' constant operands are not counted: with them, 146 readings of the
+    # synthetic, converter and zoo models planned the constants a few dozen to 800 bytes high
+    # (exact on 1,568 of 1,720 readings), without them on 1,714 (session 29). Those operands
+    # were scalars and per-channel vectors; a full-size constant operand was never measured.
     return total
+
+
+def _conv_runs_as_fc(graph: Graph, node: GpuNode, precision: str) -> bool:
+    """GpuModelBuilder::Convolution (ml_drift/common/gpu_model_builder.cc @ 48cfed7e) runs a
+    convolution equivalent to a fully connected layer (1x1 kernel, stride and dilation 1, no
+    padding, one group: IsConvEquivalentToFullyConnected) as one when its output's batch x
+    height x width is at most GetRecommendedMaxTotalSpatialSize (kernels/fully_connected.cc:
+    4, x2 for F16, x2 on a GPU other than Mali, at most 16), whose weights are then constant
+    tensors. Measured (run 6): 1x1 convolutions on 1x1 to 4x4 maps in fp16 and on 1x1 and
+    2x2 in fp32 hold them, larger maps and 3x3 kernels not. (On 1x1 inputs the latency
+    lowering already types the kernel "fc"; larger maps stay "conv2d" there.)"""
+    if node.type != "conv2d":
+        return False
+    op = graph.ops[node.ops[0]]
+    if op.type != "CONV_2D" or op.attr("groups", 1) != 1:
+        return False
+    w = graph.tensors[op.inputs[1]].shape
+    if tuple(w[1:3]) != (1, 1) or tuple(op.attr("stride", (1, 1))) != (1, 1) or \
+            tuple(op.attr("dilation", (1, 1))) != (1, 1):
+        return False
+    b, h, wd, _ = bhwc(graph.tensors[op.outputs[0]].shape)
+    return b * h * wd <= (16 if precision == "fp16" else 8)   # not Mali, not Adreno
 
 
 def _value_ids(nodes: list[GpuNode]) -> dict[int, int]:

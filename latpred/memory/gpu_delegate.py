@@ -348,14 +348,13 @@ def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
     `persistent_arena` its constant tensors (gpu_constant_memory_bytes), `weights_packed` the
     other weights as the GPU holds them, estimated (each at the target precision, channels
     aligned to 4; the accelerator reports no figure for them), `model_bytes` the model buffer
-    the host keeps. Ops the delegate does not take are not planned (their CPU memory is not
-    counted)."""
+    the host keeps. A model the accelerator would not run raises `DelegateRefusedError`
+    (`latpred.deduce.gpu`)."""
     from latpred.memory.host_cpu import estimate_model_bytes
 
     precision = target.precision
     plan = plan_delegate(graph, target, precision)
-    e = _ELEMENT_BYTES[precision]
-    packed = sum(_kernel_weight_bytes(graph, n, e) for n in plan.nodes)
+    packed = sum(_kernel_weight_bytes(graph, n, precision) for n in plan.nodes)
     live = _live_per_node(plan)
     peak_node = max(range(len(live)), key=live.__getitem__) if live else 0
     rows, node_of = [], {}
@@ -383,10 +382,13 @@ def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
         ops=tuple(rows))
 
 
-def _kernel_weight_bytes(graph: Graph, node: GpuNode, e: int) -> int:
-    """Weights a convolution kernel holds as its own arguments (estimated, see above)."""
-    if node.type not in ("conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d"):
+def _kernel_weight_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
+    """Weights a convolution kernel holds as its own arguments (estimated, see above); not
+    those of a convolution run as fully connected (constants: `constant_bytes`)."""
+    if node.type not in ("conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d") or \
+            _conv_runs_as_fc(graph, node, precision):
         return 0
+    e = _ELEMENT_BYTES[precision]
     total = 0
     for i in node.ops:
         op = graph.ops[i]

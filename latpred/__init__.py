@@ -4,7 +4,7 @@ The public API. Heavy submodules are imported on first use so that `import latpr
 for a NAS loop that only needs a few of them.
 """
 
-from latpred.errors import LatpredError
+from latpred.errors import DelegateRefusedError, LatpredError
 from latpred.graph import Graph, Op, Quantization, Tensor
 
 __version__ = "0.1.0"
@@ -25,7 +25,7 @@ _LAZY = {
     "from_torch": ("latpred.pytorch.export", "from_torch"),
 }
 
-__all__ = ["LatpredError", "Graph", "Op", "Quantization", "Tensor", *_LAZY]
+__all__ = ["DelegateRefusedError", "LatpredError", "Graph", "Op", "Quantization", "Tensor", *_LAZY]
 
 
 def __getattr__(name: str):

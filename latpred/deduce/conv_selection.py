@@ -154,8 +154,23 @@ def winograd_mldrift(g: ConvGeom, gpu: GpuSpec, label: str) -> tuple[bool, str]:
 WinogradRule = Callable[[ConvGeom, GpuSpec, str], tuple[bool, str]]
 
 
+def fc_max_pixels(conv_as_fc: bool, gpu: GpuSpec, precision: str) -> int:
+    """The most output pixels (batch x height x width) of a 1x1 convolution ML Drift runs as
+    fully connected, 0 for a delegate without the rewrite: GpuModelBuilder::Convolution
+    (google-ai-edge/ml-drift ml_drift/common/gpu_model_builder.cc @ 48cfed7e) compares it with
+    GetRecommendedMaxTotalSpatialSize (kernels/fully_connected.cc): 4, x2 for F16, x2 on a GPU
+    other than Mali, x2 on Adreno 7xx and later, at most 16. Measured on the H100 (session 29):
+    1x1 to 4x4 maps in fp16, 1x1 and 2x2 in fp32 keep their weights as FC constants."""
+    if not conv_as_fc:
+        return 0
+    limit = 4 * (2 if precision == "fp16" else 1) * (1 if gpu.vendor == "mali" else 2)
+    if gpu.vendor == "adreno" and (gpu.generation or 0) >= 7:
+        limit *= 2
+    return min(limit, 16)
+
+
 def select_conv(g: ConvGeom, gpu: GpuSpec, winograd: WinogradRule, label: str,
-                conv_as_fc: bool, grouped_as_depthwise: bool) -> ConvChoice:
+                fc_pixels: int, grouped_as_depthwise: bool) -> ConvChoice:
     """Algorithm 3.2: grouped convolution first, then Winograd, else a plain convolution.
 
     The grouped-convolution test is the delegate's Conv2DOperationParser: groups whose input and
@@ -166,10 +181,11 @@ def select_conv(g: ConvGeom, gpu: GpuSpec, winograd: WinogradRule, label: str,
     a convolution with one input channel per group and as many outputs as inputs into a
     depthwise convolution).
     """
-    if conv_as_fc and _equivalent_to_fc(g):
-        # ML Drift's GpuModelBuilder::Convolution runs a 1x1 convolution on a 1x1 input as a
-        # fully connected kernel (IsConvEquivalentToFullyConnected).
-        return ConvChoice("fc", f"fc: 1x1 convolution on a 1x1 input ({label})")
+    if _equivalent_to_fc(g) and g.batch * g.out_h * g.out_w <= fc_pixels:
+        # ML Drift's GpuModelBuilder::Convolution runs a 1x1 convolution on a small map as a
+        # fully connected kernel (IsConvEquivalentToFullyConnected; `fc_max_pixels`).
+        return ConvChoice("fc", f"fc: 1x1 convolution on {g.batch * g.out_h * g.out_w} "
+                                f"output pixels, at most {fc_pixels} ({label})")
     if g.groups != 1:
         if grouped_as_depthwise and g.src_group_size == 1 and g.cout == g.cin:
             return ConvChoice("dwconv2d", f"dwconv2d: grouped convolution with one channel per "
@@ -181,7 +197,7 @@ def select_conv(g: ConvGeom, gpu: GpuSpec, winograd: WinogradRule, label: str,
                                                 f"are multiples of 4 ({label})")
         single = ConvGeom(g.batch, g.in_h, g.in_w, g.src_group_size, g.dst_group_size, g.kh,
                           g.kw, g.out_h, g.out_w, g.stride, g.dilation, 1, g.padded)
-        per_group = select_conv(single, gpu, winograd, label, conv_as_fc, grouped_as_depthwise)
+        per_group = select_conv(single, gpu, winograd, label, fc_pixels, grouped_as_depthwise)
         return ConvChoice("split_groups", f"split + {g.groups} convolutions + concat: {sizes} "
                                           f"not both multiples of 4 ({label})", per_group)
     ok, rule = winograd(g, gpu, label)
@@ -189,5 +205,7 @@ def select_conv(g: ConvGeom, gpu: GpuSpec, winograd: WinogradRule, label: str,
 
 
 def _equivalent_to_fc(g: ConvGeom) -> bool:
+    """IsConvEquivalentToFullyConnected: a 1x1 kernel, stride and dilation 1, one group (and
+    no padding, which a 1x1 kernel never has here: `padded` is SAME with a larger kernel)."""
     return ((g.kh, g.kw) == (1, 1) and g.stride == (1, 1) and g.dilation == (1, 1)
-            and g.groups == 1 and g.in_h == 1 and g.in_w == 1)
+            and g.groups == 1)

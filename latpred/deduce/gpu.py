@@ -78,7 +78,7 @@ def gpu_parts(graph: Graph, target: Target) -> list[GpuPart]:
     rules = GPU_RULES[target.device.gpu_rules]
     _check_static_shapes(graph, rules)
     cpu_rules = CPU_RULES[target.device.cpu_rules]
-    plans = plans_for(rules, target.device.gpu)
+    plans = plans_for(rules, target.device.gpu, target.precision)
     entries = plans.entries(graph)
     reasons = list(map(_REASON, entries))   # C-level passes: a candidate has ~130 ops
     subsets = partition(graph, list(map(is_, reasons, repeat(None))))

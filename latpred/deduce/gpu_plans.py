@@ -69,8 +69,8 @@ class OpPlan:
 
 
 @lru_cache(maxsize=16)
-def plans_for(rules: GpuRuleSet, gpu: GpuSpec) -> "Plans":
-    return Plans(rules, gpu)
+def plans_for(rules: GpuRuleSet, gpu: GpuSpec, precision: str) -> "Plans":
+    return Plans(rules, gpu, precision)
 
 
 class OpEntry:
@@ -91,8 +91,9 @@ class Plans:
 
     A cache of pure functions of their keys: results are the same with it or without it."""
 
-    def __init__(self, rules: GpuRuleSet, gpu: GpuSpec):
+    def __init__(self, rules: GpuRuleSet, gpu: GpuSpec, precision: str):
         self.rules, self.gpu = rules, gpu
+        self.fc_pixels = cs.fc_max_pixels(rules.conv_as_fc, gpu, precision)
         self._clear()
 
     def _clear(self) -> None:
@@ -234,7 +235,8 @@ class Plans:
         """The plan of accepted op `i` (made on first use: only the ops the delegate lowers)."""
         plan = self._plans.get(entry.key)
         if plan is None:
-            plan = self._plans[entry.key] = plan_op(graph, graph.ops[i], self.rules, self.gpu)
+            plan = self._plans[entry.key] = plan_op(graph, graph.ops[i], self.rules, self.gpu,
+                                                    self.fc_pixels)
         entry.plan = plan
         return plan
 
@@ -268,13 +270,13 @@ _UNSEEN.fetch, _UNSEEN.sig = _no_tensors, None
 _FETCH, _SIG = attrgetter("fetch"), attrgetter("sig")
 
 
-def plan_op(graph: Graph, op: Op, rules: GpuRuleSet, gpu: GpuSpec) -> OpPlan:
+def plan_op(graph: Graph, op: Op, rules: GpuRuleSet, gpu: GpuSpec, fc_pixels: int) -> OpPlan:
     """The OpPlan of an op the delegate accepts."""
     g, label = graph, rules.label
     shape = bhwc(g.tensors[op.outputs[0]].shape)
     if op.type == "CONV_2D":
         geom = cs.conv_geom(g, op)
-        choice = cs.select_conv(geom, gpu, rules.winograd, label, rules.conv_as_fc,
+        choice = cs.select_conv(geom, gpu, rules.winograd, label, fc_pixels,
                                 rules.grouped_as_depthwise)
         several = choice.kind in ("winograd", "split_groups")
         return OpPlan(choice.kind, choice.rule, False, shape,

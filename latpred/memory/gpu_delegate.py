@@ -113,7 +113,7 @@ def constant_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
     if node.type == "winograd_matmul":
         o, _, _, i = graph.tensors[op.inputs[1]].shape
         total += 36 * i * o * e
-    elif (node.type == "fc" and len(op.inputs) > 1) or _conv_runs_as_fc(graph, node, precision):
+    elif node.type == "fc" and len(op.inputs) > 1:   # also a 1x1 CONV_2D on a small map
         w = graph.tensors[op.inputs[1]].shape
         o, i = w[0], w[-1]
         total += (_align4(i) * _align4(o) + _align4(o)) * e
@@ -122,28 +122,6 @@ def constant_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
     # (exact on 1,568 of 1,720 readings), without them on 1,714 (session 29). Those operands
     # were scalars and per-channel vectors; a full-size constant operand was never measured.
     return total
-
-
-def _conv_runs_as_fc(graph: Graph, node: GpuNode, precision: str) -> bool:
-    """GpuModelBuilder::Convolution (ml_drift/common/gpu_model_builder.cc @ 48cfed7e) runs a
-    convolution equivalent to a fully connected layer (1x1 kernel, stride and dilation 1, no
-    padding, one group: IsConvEquivalentToFullyConnected) as one when its output's batch x
-    height x width is at most GetRecommendedMaxTotalSpatialSize (kernels/fully_connected.cc:
-    4, x2 for F16, x2 on a GPU other than Mali, at most 16), whose weights are then constant
-    tensors. Measured (run 6): 1x1 convolutions on 1x1 to 4x4 maps in fp16 and on 1x1 and
-    2x2 in fp32 hold them, larger maps and 3x3 kernels not. (On 1x1 inputs the latency
-    lowering already types the kernel "fc"; larger maps stay "conv2d" there.)"""
-    if node.type != "conv2d":
-        return False
-    op = graph.ops[node.ops[0]]
-    if op.type != "CONV_2D" or op.attr("groups", 1) != 1:
-        return False
-    w = graph.tensors[op.inputs[1]].shape
-    if tuple(w[1:3]) != (1, 1) or tuple(op.attr("stride", (1, 1))) != (1, 1) or \
-            tuple(op.attr("dilation", (1, 1))) != (1, 1):
-        return False
-    b, h, wd, _ = bhwc(graph.tensors[op.outputs[0]].shape)
-    return b * h * wd <= (16 if precision == "fp16" else 8)   # not Mali, not Adreno
 
 
 def _value_ids(nodes: list[GpuNode]) -> dict[int, int]:
@@ -383,10 +361,9 @@ def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
 
 
 def _kernel_weight_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
-    """Weights a convolution kernel holds as its own arguments (estimated, see above); not
-    those of a convolution run as fully connected (constants: `constant_bytes`)."""
-    if node.type not in ("conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d") or \
-            _conv_runs_as_fc(graph, node, precision):
+    """Weights a convolution kernel holds as its own arguments (estimated, see above); a
+    convolution run as fully connected holds constants instead (`constant_bytes`)."""
+    if node.type not in ("conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d"):
         return 0
     e = _ELEMENT_BYTES[precision]
     total = 0

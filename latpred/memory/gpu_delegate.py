@@ -332,7 +332,8 @@ def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
 
     precision = target.precision
     plan = plan_delegate(graph, target, precision)
-    packed = sum(_kernel_weight_bytes(graph, n, precision) for n in plan.nodes)
+    e = _ELEMENT_BYTES[precision]
+    packed = sum(_kernel_weight_bytes(graph, n, e) for n in plan.nodes)
     live = _live_per_node(plan)
     peak_node = max(range(len(live)), key=live.__getitem__) if live else 0
     rows, node_of = [], {}
@@ -360,12 +361,11 @@ def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
         ops=tuple(rows))
 
 
-def _kernel_weight_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
+def _kernel_weight_bytes(graph: Graph, node: GpuNode, e: int) -> int:
     """Weights a convolution kernel holds as its own arguments (estimated, see above); a
     convolution run as fully connected holds constants instead (`constant_bytes`)."""
     if node.type not in ("conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d"):
         return 0
-    e = _ELEMENT_BYTES[precision]
     total = 0
     for i in node.ops:
         op = graph.ops[i]

@@ -28,8 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from latpred.deduce.prepare import (  # noqa: F401 (the plan's allocation types)
-    ARENA, DYNAMIC, MMAP, PERSISTENT_ARENA, PERSISTENT_RO)
+from latpred.deduce.prepare import ARENA, PERSISTENT_ARENA
 from latpred.memory.arena import NEVER, Alloc, SimpleArena, allocation_order
 
 # inplace_operator flags (tflite/core/c/common.h:1173)

@@ -10,10 +10,10 @@ latency deduction uses: float-only Visit* functions, scale ranges, fused activat
 
 from __future__ import annotations
 
+from latpred.deduce.prepare import MMAP
 from latpred.deduce.xnnpack_int8 import EIGHT_BIT_TYPES, declined
 from latpred.graph import Graph, Op
 from latpred.memory.configs import OpConfigs
-from latpred.memory.litert_plan import MMAP
 
 _ELEMENTWISE = frozenset({
     "ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU", "RELU",

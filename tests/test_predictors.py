@@ -596,3 +596,32 @@ def test_training_runs_with_one_blas_thread(monkeypatch):
     rows = pd.DataFrame({"kernel_type": ["a", "a", "b"], "latency_ms": [1.0, 2.0, 3.0]})
     training.fit_all_types(rows, load_search("lasso", "none"))
     assert len(seen) == 2 and all(set(s.values()) <= {1} for s in seen)
+
+
+@pytest.mark.parametrize("kernel_type, grouped", [("conv2d", True), ("dwconv2d", False)])
+def test_lasso_alpha_search_equals_gridsearchcv(kernel_type, grouped):
+    """`fit_searched` scores a Lasso's alphas itself (one design matrix a fold); it must pick
+    the alpha, score and weights GridSearchCV would, on real kernel rows with named columns."""
+    from sklearn.model_selection import GridSearchCV, GroupKFold, KFold
+
+    from latpred.predictors.objective import neg_mape_scorer
+    from latpred.predictors.training import FEATURE_PREFIX, load_tables
+
+    root = Path(__file__).resolve().parents[1] / "datasets" / "host-cpu-small"
+    kernels, _ = load_tables(root, "host/cpu/fp32/t1")
+    rows = kernels[kernels["kernel_type"] == kernel_type]
+    features = feature_schema(kernel_type, rows)
+    X = pd.DataFrame(rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64),
+                     columns=list(features))
+    y = rows["latency_ms"].to_numpy(np.float64)
+    groups = rows["model_id"].to_numpy() if grouped else None
+    spec = load_search("lasso", "latpred")
+    ours = fit_searched(spec, X, y, seed=3, groups=groups)
+    cv = (list(GroupKFold(5, shuffle=True, random_state=3).split(X, y, groups)) if grouped
+          else KFold(5, shuffle=True, random_state=3))
+    grid = GridSearchCV(PositiveLasso(), {"alpha": list(spec.params["alpha"])},
+                        scoring=neg_mape_scorer, cv=cv).fit(X, y)
+    assert ours.best_params == grid.best_params_
+    assert ours.cv_mape == -grid.best_score_
+    assert ours.n_candidates == len(spec.params["alpha"])
+    np.testing.assert_array_equal(ours.estimator.predict(X), grid.best_estimator_.predict(X))

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
+from sklearn import config_context
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso
+from sklearn.metrics import mean_absolute_percentage_error
 
 from latpred.predictors.base import LatencyRegressor, percentage_scale, standardize_fit
 from latpred.predictors.lasso_terms import design_matrix, op_codes_of, packs_reduction
@@ -46,28 +49,69 @@ class PositiveLasso(LatencyRegressor):
     def fit(self, X: Any, y: Any, feature_names: Any = None) -> "PositiveLasso":
         X, y = self._check_fit(X, y)
         names = feature_names if feature_names is not None else self.feature_names_
+        self._solve(self._learn_design(X, names), y)
+        return self
+
+    def alpha_scores(self, X: Any, y: Any, alphas: Sequence[float],
+                     splits: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """The negated MAPE of each alpha (rows) on each split's held-out rows (columns): what
+        `GridSearchCV(self, {"alpha": alphas}, scoring=neg_mape_scorer, cv=splits)` scores,
+        fit for fit, but with one design matrix per split for all alphas (a grid search
+        rebuilds it, and validates its input, for every candidate; few-shot adaptation runs
+        hundreds of these searches)."""
+        probe = clone(self)
+        X, y = probe._check_fit(X, y)
+        names = probe.feature_names_
+        scores = np.empty((len(alphas), len(splits)))
+        for j, (train, test) in enumerate(splits):
+            est = clone(self)
+            Z_train = est._learn_design(X[train], names)
+            Z_test = est._standardized(X[test])
+            for i, alpha in enumerate(alphas):
+                est.alpha = alpha
+                est._solve(Z_train, y[train])
+                scores[i, j] = -mean_absolute_percentage_error(y[test], est._from_standardized(
+                    Z_test))
+        return scores
+
+    def _learn_design(self, X: np.ndarray, names: Any) -> np.ndarray:
+        """Learn the design from the training rows (column names, the ops with terms of their
+        own, packed reductions, the standardisation) and return their standardised matrix."""
         self.names_ = None if names is None else [str(n) for n in names]
         physics = self.design == "physics"
         self.op_codes_ = op_codes_of(X, self.names_) if physics else ()
         self.packed_ = physics and packs_reduction(X, self.names_)
         X = design_matrix(X, self.names_, self.design, self.op_codes_, self.packed_)
         self.mean_, self.scale_ = standardize_fit(X)
+        if not np.isfinite(X).all():    # _solve leaves sklearn's own check out
+            raise ValueError("The Lasso's cost terms of these rows are not all finite.")
+        return (X - self.mean_) / self.scale_
+
+    def _solve(self, Z: np.ndarray, y: np.ndarray) -> None:
+        """Fit the weights on standardised rows `Z` at `self.alpha` (Eq. 1)."""
         s = percentage_scale(y)
         lasso = Lasso(alpha=self.alpha, positive=True, max_iter=self.max_iter, tol=self.tol)
         # A tiny alpha on collinear features converges slowly; the solution is still usable and
-        # the cross-validation score says how good it is, so the warning is noise here.
-        with warnings.catch_warnings():
+        # the cross-validation score says how good it is, so the warning is noise here. The
+        # rows were checked (finite, positive) before: sklearn's checks again are a third of
+        # a small fit's time, and searches run thousands of them.
+        with warnings.catch_warnings(), config_context(assume_finite=True,
+                                                       skip_parameter_validation=True):
             warnings.simplefilter("ignore", ConvergenceWarning)
-            lasso.fit((X - self.mean_) / self.scale_, y / s, sample_weight=percentage_weights(y))
+            lasso.fit(Z, y / s, sample_weight=percentage_weights(y))
         self.coef_ = lasso.coef_ * s
         self.intercept_ = float(lasso.intercept_ * s)
-        return self
+
+    def _standardized(self, X: np.ndarray) -> np.ndarray:
+        X = design_matrix(X, self.names_, self.design, self.op_codes_, self.packed_)
+        return (X - self.mean_) / self.scale_
+
+    def _from_standardized(self, Z: np.ndarray) -> np.ndarray:
+        # A linear model can undershoot zero for the smallest kernels; a latency cannot.
+        return np.maximum(Z @ self.coef_ + self.intercept_, 0.0)
 
     def predict(self, X: Any) -> np.ndarray:
-        X = design_matrix(self._check_predict(X), self.names_, self.design, self.op_codes_,
-                          self.packed_)
-        # A linear model can undershoot zero for the smallest kernels; a latency cannot.
-        return np.maximum(((X - self.mean_) / self.scale_) @ self.coef_ + self.intercept_, 0.0)
+        return self._from_standardized(self._standardized(self._check_predict(X)))
 
     def export(self) -> tuple[bytes, dict[str, Any]]:
         weights = {"mean": self.mean_.tolist(), "scale": self.scale_.tolist(),

@@ -144,6 +144,8 @@ def fit_searched(spec: SearchSpec, X: np.ndarray, y: np.ndarray, seed: int = 0,
     cv = (KFold(folds, shuffle=True, random_state=seed) if groups is None else
           list(GroupKFold(folds, shuffle=True, random_state=seed).split(X, y, groups)))
     grid = {k: list(v) for k, v in spec.params.items()}
+    if spec.method == "grid" and set(grid) == {"alpha"} and hasattr(base, "alpha_scores"):
+        return alpha_search(base, grid["alpha"], X, y, cv)
     if spec.method == "grid":
         search = GridSearchCV(base, grid, scoring=neg_mape_scorer, cv=cv, n_jobs=1,
                               error_score="raise")
@@ -153,3 +155,16 @@ def fit_searched(spec: SearchSpec, X: np.ndarray, y: np.ndarray, seed: int = 0,
     search.fit(X, y)
     return SearchResult(search.best_estimator_, dict(search.best_params_),
                         float(-search.best_score_), len(search.cv_results_["params"]))
+
+
+def alpha_search(base: Any, alphas: list[float], X: Any, y: Any, cv: Any) -> SearchResult:
+    """GridSearchCV over `alphas` alone, for an estimator that scores the grid itself
+    (`PositiveLasso.alpha_scores`: the same fits and scores, one design matrix a split); the
+    best is picked and refitted as GridSearchCV does (the first of the highest mean scores)."""
+    from sklearn.base import clone
+
+    splits = cv if isinstance(cv, list) else list(cv.split(X, y))
+    mean = np.average(base.alpha_scores(X, y, alphas, splits), axis=1)
+    best = int(np.argmax(mean))
+    est = clone(base).set_params(alpha=alphas[best]).fit(X, y)
+    return SearchResult(est, {"alpha": alphas[best]}, float(-mean[best]), len(alphas))

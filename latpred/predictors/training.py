@@ -25,7 +25,7 @@ from latpred.errors import DatasetError
 from latpred.predictors import launch
 from latpred.predictors.base import LatencyRegressor
 from latpred.predictors.lasso import PositiveLasso
-from latpred.predictors.search import SearchSpec, fit_searched
+from latpred.predictors.search import SearchSpec, alpha_search, fit_searched
 
 FEATURE_PREFIX = "f_"
 
@@ -223,14 +223,11 @@ def fit_fallback(rows: pd.DataFrame) -> TypeFit | None:
         return None
     X = rows[[FEATURE_PREFIX + f for f in features]].to_numpy(np.float64)
     y = rows["latency_ms"].to_numpy(np.float64)
-    from sklearn.model_selection import GridSearchCV, KFold
-
-    from latpred.predictors.objective import neg_mape_scorer
+    from sklearn.model_selection import KFold
 
     if len(y) >= 10:
-        search = GridSearchCV(PositiveLasso(), {"alpha": list(np.logspace(-5, 2, 8))},
-                              scoring=neg_mape_scorer, cv=KFold(5, shuffle=True, random_state=0))
-        reg = search.fit(X, y).best_estimator_
+        reg = alpha_search(PositiveLasso(), list(np.logspace(-5, 2, 8)), X, y,
+                           KFold(5, shuffle=True, random_state=0)).estimator
     else:
         reg = PositiveLasso().fit(X, y)
     mape = float(np.mean(np.abs(reg.predict(X) - y) / y))

@@ -164,6 +164,31 @@ def probe_graphs_small():
     return out
 
 
+def probe_graphs_winograd():
+    """3x3 convolutions ML Drift runs as Winograd, over output sizes and channels where the
+    matmul's output slice group (`memory.gpu_weights.winograd_output_group`) is 1, 2 or 4,
+    and fully-connected kernels (and 1x1 convolutions on a 2x2 map, run as one) without a
+    bias (name, Graph)."""
+    from latpred.builder import GraphBuilder
+
+    out = []
+    for hw in (24, 32, 34, 40, 48, 52, 56, 64):
+        for cin in (64, 66):
+            for cout in (66, 76, 100, 132, 200):
+                name = f"wino_{hw}_{cin}_{cout}"
+                out.append((name, _one_input(name, hw, cin,
+                                             lambda b, x, cout=cout: b.conv2d(x, cout, 3))))
+    for cin, cout in ((64, 10), (256, 100), (20, 7), (1280, 1000)):
+        name = f"fcnb_{cin}_{cout}"
+        b = GraphBuilder(name)
+        b.output(b.fully_connected(b.input((1, cin)), cout, bias=False))
+        out.append((name, b.build()))
+        name = f"smallnb_2_{cin}_{cout}"
+        out.append((name, _one_input(name, 2, cin,
+                                     lambda b, x, cout=cout: b.conv2d(x, cout, 1, bias=False))))
+    return out
+
+
 def _concat_add(b, x, n):
     """An ADD the delegate links into the concatenation: its other operand written first."""
     y = b.conv2d(x, 4 * n, 1)
@@ -250,7 +275,8 @@ def _measure(job: dict) -> dict:
 
 # --probe-set NAME: (the graphs, the rows' source)
 PROBE_SETS = {"thin": (probe_graphs_thin, "probe"), "groups": (probe_graphs_groups, "group_probe"),
-              "wide": (probe_graphs_wide, "wide_probe"), "small": (probe_graphs_small, "small_probe")}
+              "wide": (probe_graphs_wide, "wide_probe"), "small": (probe_graphs_small, "small_probe"),
+              "winograd": (probe_graphs_winograd, "wino_probe")}
 
 
 def main(argv=None) -> None:

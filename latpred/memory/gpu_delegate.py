@@ -9,11 +9,10 @@ The delegate's memory manager (google-ai-edge/ml-drift ml_drift/webgpu/memory_ma
   (CollectUsageInformation); tensors share buffers as `gpu_assign.greedy_best` packs them
   (AllocateMemoryForBuffers: MemoryStrategy::GREEDY_BEST);
 - **constant**: tensors the graph keeps constant on the GPU (AllocateMemoryForConstTensors):
-  fully-connected weights and biases (input and output channels aligned to 4) and a Winograd
-  convolution's transformed weights (36 x C_in x C_out). Measured: the rest of the weights
-  (convolutions, depthwise) and the scalar and per-channel constant operands of element-wise
-  ops travel as the kernels' own arguments, which the accelerator does not report
-  (`constant_bytes`).
+  fully-connected weights and biases and a Winograd convolution's transformed weights
+  (`gpu_weights.constant_bytes`). Measured: the rest of the weights (convolutions, depthwise)
+  and the scalar and per-channel constant operands of element-wise ops travel as the kernels'
+  own arguments, which the accelerator does not report.
 
 The nodes are the delegate's fused kernels as `latpred.deduce.gpu` lowers them (a Winograd
 convolution is three, with two tensors of its own: 36 x tiles x channels), after the special
@@ -32,10 +31,9 @@ from latpred.deduce.gpu import gpu_parts
 from latpred.deduce.optypes import bhwc
 from latpred.graph import Graph
 from latpred.memory.gpu_assign import greedy_best
+from latpred.memory.gpu_weights import (ELEMENT_BYTES, align, constant_bytes,
+                                        kernel_weight_bytes)
 from latpred.memory.prediction import MemoryPrediction, OpMemory
-
-_ELEMENT_BYTES = {"fp16": 2, "fp32": 4}
-
 
 @dataclass(frozen=True)
 class GpuDelegatePlan:
@@ -53,7 +51,7 @@ class GpuDelegatePlan:
 
 def tensor_bytes(shape, precision: str) -> int:
     b, h, w, c = bhwc(shape)
-    return b * h * w * -(-c // 4) * 4 * _ELEMENT_BYTES[precision]
+    return b * h * w * -(-c // 4) * 4 * ELEMENT_BYTES[precision]
 
 
 def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
@@ -102,26 +100,8 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
         all_nodes += nodes
     tensors = {t: r[0] for t, r in zip(ids, records)}
     return GpuDelegatePlan(sum(buffers), tuple(buffers), tensors, intervals, tuple(all_nodes),
-                           sum(constant_bytes(graph, n, precision) for n in all_nodes))
-
-
-def constant_bytes(graph: Graph, node: GpuNode, precision: str) -> int:
-    """The constant tensors the delegate allocates for one fused node (see the module)."""
-    e = _ELEMENT_BYTES[precision]
-    op = graph.ops[node.ops[0]]
-    total = 0
-    if node.type == "winograd_matmul":
-        o, _, _, i = graph.tensors[op.inputs[1]].shape
-        total += 36 * i * o * e
-    elif node.type == "fc" and len(op.inputs) > 1:   # also a 1x1 CONV_2D on a small map
-        w = graph.tensors[op.inputs[1]].shape
-        o, i = w[0], w[-1]
-        total += (_align4(i) * _align4(o) + _align4(o)) * e
-    # Element-wise ops' constant operands are not counted: with them, 146 readings of the
-    # synthetic, converter and zoo models planned the constants a few dozen to 800 bytes high
-    # (exact on 1,568 of 1,720 readings), without them on 1,714 (session 29). Those operands
-    # were scalars and per-channel vectors; a full-size constant operand was never measured.
-    return total
+                           sum(constant_bytes(graph, n, precision, target.device.gpu)
+                               for n in all_nodes))
 
 
 def _value_ids(nodes: list[GpuNode]) -> dict[int, int]:
@@ -252,10 +232,6 @@ _THIN_MAX_CONVS = 3          # max_convs_count
 _THIN_MAX_BUFFER = 1024 * 3  # max_buffer_size, bytes of weights and biases together
 
 
-def _align4(x: int) -> int:
-    return -(-x // 4) * 4
-
-
 def _thin_step(graph: Graph, node: GpuNode, first: bool, precision: str) -> int | None:
     """The weight bytes the fuser counts for `node` as a step of a chain, or None if it cannot
     be one (a depthwise only first; later convolutions only 1x1, stride 1)."""
@@ -263,13 +239,13 @@ def _thin_step(graph: Graph, node: GpuNode, first: bool, precision: str) -> int 
     if node.type not in ("dwconv2d", "conv2d") or len(op.inputs) < 2:
         return None
     dw_c, dw_taps, conv_size = _THIN[precision]
-    size = _ELEMENT_BYTES[precision]
+    size = ELEMENT_BYTES[precision]
     w = graph.tensors[op.inputs[1]].shape
     if node.type == "dwconv2d" and op.type == "DEPTHWISE_CONV_2D" and first:
         c, kh, kw = w[3], w[1], w[2]
         if op.attr("depth_multiplier", 1) != 1 or c > dw_c or c * kh * kw > dw_taps:
             return None
-        return (_align4(c) + _align4(c) * kh * kw) * size
+        return (align(c) + align(c) * kh * kw) * size
     if node.type != "conv2d" or op.type != "CONV_2D" or op.attr("groups", 1) != 1:
         return None
     o, kh, kw, i = w
@@ -277,7 +253,7 @@ def _thin_step(graph: Graph, node: GpuNode, first: bool, precision: str) -> int 
         return None
     if o > _THIN_MAX_OUT or i * kh * kw * o > conv_size:
         return None
-    return (_align4(o) + _align4(i) * _align4(o) * kh * kw) * size
+    return (align(o) + align(i) * align(o) * kh * kw) * size
 
 
 def thin_pointwise(graph: Graph, nodes: list[GpuNode], precision: str) -> list[GpuNode]:
@@ -332,8 +308,8 @@ def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
 
     precision = target.precision
     plan = plan_delegate(graph, target, precision)
-    e = _ELEMENT_BYTES[precision]
-    packed = sum(_kernel_weight_bytes(graph, n, e) for n in plan.nodes)
+    e = ELEMENT_BYTES[precision]
+    packed = sum(kernel_weight_bytes(graph, n, e) for n in plan.nodes)
     live = _live_per_node(plan)
     peak_node = max(range(len(live)), key=live.__getitem__) if live else 0
     rows, node_of = [], {}
@@ -359,22 +335,6 @@ def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
         weights_packed=packed, arena=plan.intermediate, persistent_arena=plan.constant,
         workspace=0, indirection=0, overhead=0, transient=0, peak_op=peak_op,
         ops=tuple(rows))
-
-
-def _kernel_weight_bytes(graph: Graph, node: GpuNode, e: int) -> int:
-    """Weights a convolution kernel holds as its own arguments (estimated, see above); a
-    convolution run as fully connected holds constants instead (`constant_bytes`)."""
-    if node.type not in ("conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d"):
-        return 0
-    total = 0
-    for i in node.ops:
-        op = graph.ops[i]
-        if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) > 1:
-            w = graph.tensors[op.inputs[1]].shape
-            total += w[0] * w[1] * w[2] * _align4(w[3]) * e
-            if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                total += _align4(graph.tensors[op.inputs[2]].size) * e
-    return total
 
 
 def _live_per_node(plan: GpuDelegatePlan) -> list[int]:

@@ -48,7 +48,10 @@ def assemble(runs: list[str], out: Path) -> None:
         "SIGILL; the 24 rows' sha256 were computed here from the same deterministic writer; "
         "run 5, session 29, held out: 76 wide concatenation and split probes in fp16 and fp32, "
         "measured after the chain rule was committed; run 6, session 29: 70 convolutions on "
-        "1x1 to 7x7 maps, fp16 and fp32), "
+        "1x1 to 7x7 maps, fp16 and fp32; run 7, session 30, held out: 80 Winograd "
+        "convolutions and 8 probes without a bias, fp16 and fp32, measured after the rules "
+        "were committed; its 8 bias-less CONV_2D readings failed to compile: LiteRT's CONV_2D "
+        "needs a bias), "
         "driver 580.159.04",
         "rows": len(d), "failed_to_compile": int((d.error != "").sum()),
         "models": "scripts/gpu_memory_campaign.py (seeds: synthetic_cnn / converter_cnn seed 0, "

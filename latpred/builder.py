@@ -78,9 +78,12 @@ class GraphBuilder:
 
     # -- convolutions and dense layers ---------------------------------------------------------
     def conv2d(self, x: int, filters: int, kernel, stride=1, padding: str = "SAME", dilation=1,
-               groups: int = 1, activation: str = "NONE", bias: bool = True,
-               name: str | None = None) -> int:
-        """CONV_2D; groups > 1 gives a grouped conv (filter [O, kh, kw, C/groups])."""
+               groups: int = 1, activation: str = "NONE", name: str | None = None) -> int:
+        """CONV_2D; groups > 1 gives a grouped conv (filter [O, kh, kw, C/groups]). Always with
+        a bias tensor, as TFLiteConverter gives a bias-less convolution a zero bias: LiteRT's
+        CONV_2D does not run without one (tflite/kernels/conv.cc Prepare,
+        TF_LITE_ENSURE(context, has_bias); LiteRT f67457790), on the CPU or the GPU
+        accelerator (`datasets/h100-gpu-memory`, run 7: compile status 3)."""
         c = self._channels(x, "conv2d")
         kh, kw = pair(kernel, "conv2d kernel")
         filters, groups = _count(filters, "conv2d filters"), _count(groups, "conv2d groups")
@@ -89,22 +92,24 @@ class GraphBuilder:
                              f"and the {filters} filters.")
         base = self._base(name, "conv2d")
         w = self.constant((filters, kh, kw, c // groups), name=f"{base}/filter")
-        b = self.constant((filters,), name=f"{base}/bias") if bias else -1
+        b = self.constant((filters,), name=f"{base}/bias")
         return self._op("CONV_2D", (x, w, b), base, stride=pair(stride, "conv2d stride"),
                         padding=padding, dilation=pair(dilation, "conv2d dilation"),
                         activation=_activation(activation), groups=groups)[0]
 
     def depthwise_conv2d(self, x: int, kernel, stride=1, padding: str = "SAME",
                          depth_multiplier: int = 1, dilation=1, activation: str = "NONE",
-                         bias: bool = True, name: str | None = None) -> int:
-        """DEPTHWISE_CONV_2D with filter [1, kh, kw, C * depth_multiplier]."""
+                         name: str | None = None) -> int:
+        """DEPTHWISE_CONV_2D with filter [1, kh, kw, C * depth_multiplier] and, as `conv2d`, a
+        bias tensor (LiteRT's kernel reads a third input as a bias and refuses an absent one
+        there: tflite/kernels/depthwise_conv.cc Prepare)."""
         c = self._channels(x, "depthwise_conv2d")
         kh, kw = pair(kernel, "depthwise_conv2d kernel")
         depth_multiplier = _count(depth_multiplier, "depthwise_conv2d depth_multiplier")
         o = c * depth_multiplier
         base = self._base(name, "depthwise_conv2d")
         w = self.constant((1, kh, kw, o), name=f"{base}/filter")
-        b = self.constant((o,), name=f"{base}/bias") if bias else -1
+        b = self.constant((o,), name=f"{base}/bias")
         return self._op("DEPTHWISE_CONV_2D", (x, w, b), base,
                         stride=pair(stride, "depthwise_conv2d stride"), padding=padding,
                         dilation=pair(dilation, "depthwise_conv2d dilation"),

@@ -184,9 +184,18 @@ def probe_graphs_winograd():
         b.output(b.fully_connected(b.input((1, cin)), cout, bias=False))
         out.append((name, b.build()))
         name = f"smallnb_2_{cin}_{cout}"
-        out.append((name, _one_input(name, 2, cin,
-                                     lambda b, x, cout=cout: b.conv2d(x, cout, 1, bias=False))))
+        out.append((name, _one_input(name, 2, cin, lambda b, x, cout=cout: _conv_no_bias(
+            b, x, cout))))
     return out
+
+
+def _conv_no_bias(b, x, cout):
+    """A 1x1 CONV_2D without a bias tensor (-1), which GraphBuilder no longer writes: LiteRT
+    does not run it (run 7: compile status 3 on the GPU accelerator)."""
+    base = b._base(None, "conv2d")
+    w = b.constant((cout, 1, 1, b.shape(x)[-1]), name=f"{base}/filter")
+    return b._op("CONV_2D", (x, w, -1), base, stride=(1, 1), padding="SAME",
+                 dilation=(1, 1), activation="NONE", groups=1)[0]
 
 
 def _concat_add(b, x, n):

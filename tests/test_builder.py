@@ -45,11 +45,11 @@ def test_conv2d_weights_bias_and_attributes():
     assert g.tensors[op.outputs[0]].shape == (1, 2, 2, 16)
 
 
-def test_grouped_conv_and_no_bias():
-    g = _build(lambda b, x: b.conv2d(x, 8, 3, groups=2, bias=False))
+def test_grouped_conv_has_a_bias_as_litert_needs():
+    g = _build(lambda b, x: b.conv2d(x, 8, 3, groups=2))
     op = _only(g, "CONV_2D")
-    assert _tensor(g, op, 1).shape == (8, 3, 3, 2)
-    assert op.inputs[2] == -1 and op.attr("groups") == 2
+    assert _tensor(g, op, 1).shape == (8, 3, 3, 2) and _tensor(g, op, 2).shape == (8,)
+    assert op.attr("groups") == 2
 
 
 def test_depthwise_filter_layout():

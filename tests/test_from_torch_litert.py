@@ -39,6 +39,9 @@ CASES = {   # name: (module maker, input channels, input size)
     "spatial_flatten": (lambda: small.Head(nn.AdaptiveAvgPool2d(4), 3, 4), 3, 16),
     "standalone_bn": (lambda: nn.Sequential(nn.BatchNorm2d(4), nn.Conv2d(4, 4, 3, 2, 1),
                                             nn.Hardsigmoid()), 4, 8),
+    # no bias and no batch norm to fold one in: LiteRT's CONV_2D needs a bias (a zero one)
+    "no_bias": (lambda: nn.Sequential(nn.Conv2d(4, 8, 3, 1, 1, bias=False), nn.ReLU(),
+                                      nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=False)), 4, 8),
 }
 
 

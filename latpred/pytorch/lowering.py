@@ -136,16 +136,15 @@ def conv(lw: Lowering, n: Any, args: Any, kw: Mapping[str, Any]) -> Val:
         mode = "VALID"
     if groups == cin and groups > 1:
         y = lw.b.depthwise_conv2d(xt, (kh, kwid), stride, mode, depth_multiplier=cout // cin,
-                                  dilation=dilation, bias=bias is not None, name=n.name)
+                                  dilation=dilation, name=n.name)
         data = w.permute(1, 2, 3, 0)                       # [1, kh, kw, C*m]
     else:
-        y = lw.b.conv2d(xt, cout, (kh, kwid), stride, mode, dilation, groups,
-                        bias=bias is not None, name=n.name)
+        y = lw.b.conv2d(xt, cout, (kh, kwid), stride, mode, dilation, groups, name=n.name)
         data = w.permute(0, 2, 3, 1)                       # [O, kh, kw, I/groups]
     ins = lw.last_inputs()
     lw.set_data(ins[1], data)
-    if bias is not None:
-        lw.set_data(ins[2], bias)
+    # the builder gives a bias-less convolution a bias tensor (LiteRT needs one): zeros
+    lw.set_data(ins[2], bias if bias is not None else torch.zeros(cout))
     return lw.val(y, lw.out_shape(), canonical(4))
 
 

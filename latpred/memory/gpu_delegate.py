@@ -35,6 +35,7 @@ from latpred.memory.gpu_weights import (ELEMENT_BYTES, align, constant_bytes,
                                         kernel_weight_bytes)
 from latpred.memory.prediction import MemoryPrediction, OpMemory
 
+
 @dataclass(frozen=True)
 class GpuDelegatePlan:
     """The delegate's intermediate buffers: `buffers` (sizes), `tensors` (id -> bytes),

@@ -189,6 +189,20 @@ def probe_graphs_winograd():
     return out
 
 
+def probe_graphs_wave():
+    """Winograd convolutions whose input slices are a multiple of 4 and output slices of 8,
+    where ML Drift may take ConvWaveMatrix for the matmul in fp16 instead of ConvGeneric
+    (convolution_selector.cc; conv_wave_matrix.cc) (name, Graph)."""
+    out = []
+    for hw in (24, 40, 56):
+        for cin in (64, 128):
+            for cout in (96, 160, 224, 288):
+                name = f"wave_{hw}_{cin}_{cout}"
+                out.append((name, _one_input(name, hw, cin,
+                                             lambda b, x, cout=cout: b.conv2d(x, cout, 3))))
+    return out
+
+
 def _conv_no_bias(b, x, cout):
     """A 1x1 CONV_2D without a bias tensor (-1), which GraphBuilder no longer writes: LiteRT
     does not run it (run 7: compile status 3 on the GPU accelerator)."""
@@ -285,7 +299,8 @@ def _measure(job: dict) -> dict:
 # --probe-set NAME: (the graphs, the rows' source)
 PROBE_SETS = {"thin": (probe_graphs_thin, "probe"), "groups": (probe_graphs_groups, "group_probe"),
               "wide": (probe_graphs_wide, "wide_probe"), "small": (probe_graphs_small, "small_probe"),
-              "winograd": (probe_graphs_winograd, "wino_probe")}
+              "winograd": (probe_graphs_winograd, "wino_probe"),
+              "wave": (probe_graphs_wave, "wave_probe")}
 
 
 def main(argv=None) -> None:

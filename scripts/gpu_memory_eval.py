@@ -68,7 +68,7 @@ def _graphs(d: pd.DataFrame) -> dict:
     graphs = dict(campaign.probe_graphs() + campaign.probe_graphs_thin()
                   + campaign.probe_graphs_groups() + campaign.probe_graphs_crash()
                   + campaign.probe_graphs_wide() + campaign.probe_graphs_small()
-                  + campaign.probe_graphs_winograd())
+                  + campaign.probe_graphs_winograd() + campaign.probe_graphs_wave())
     tmp = Path(tempfile.mkdtemp())
     # the sampled models' names carry their space, seed and index: write each space and seed
     # with as many samples as were measured

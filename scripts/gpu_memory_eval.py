@@ -51,7 +51,8 @@ def assemble(runs: list[str], out: Path) -> None:
         "1x1 to 7x7 maps, fp16 and fp32; run 7, session 30, held out: 80 Winograd "
         "convolutions and 8 probes without a bias, fp16 and fp32, measured after the rules "
         "were committed; its 8 bias-less CONV_2D readings failed to compile: LiteRT's CONV_2D "
-        "needs a bias), "
+        "needs a bias; run 8, session 30, held out: 24 Winograd convolutions with input "
+        "slices a multiple of 4 and output slices of 8, fp16 and fp32), "
         "driver 580.159.04",
         "rows": len(d), "failed_to_compile": int((d.error != "").sum()),
         "models": "scripts/gpu_memory_campaign.py (seeds: synthetic_cnn / converter_cnn seed 0, "

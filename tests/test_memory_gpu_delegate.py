@@ -7,6 +7,7 @@ against LiteRT's GPU accelerator's own figure (gpu_intermediate_memory_bytes) re
 H100 in datasets/h100-gpu-memory, on models written here from their seeds and on probes.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import latpred
 from latpred.builder import GraphBuilder
 from latpred.errors import TargetError
 from latpred.memory.gpu_assign import greedy_best, greedy_by_breadth, greedy_by_size
+from latpred.memory.gpu_weights import winograd_output_group
 from latpred.memory.gpu_delegate import plan_delegate, tensor_bytes
 from latpred.target import parse_target
 
@@ -152,6 +154,42 @@ def test_small_map_pointwise_convolutions_hold_their_weights_as_constants():
     held = {(m, p) for (m, p), c in d.constant.items() if c > 0}
     assert ("small1_4_16_16", "fp16") in held and ("small1_4_16_16", "fp32") not in held
     assert not any(m.startswith("small3") for m, _ in held)
+
+
+def test_winograd_and_bias_less_probes_plan_exactly_what_the_accelerator_allocated():
+    """Runs 7 and 8, held out (measured after the rules were committed): a Winograd
+    convolution's weights padded to the matmul's output slice group, an FC without a bias; a
+    CONV_2D without one does not compile (LiteRT's kernel needs it)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import gpu_memory_campaign as campaign
+
+    d = _recorded()
+    d = d[d.source.isin(["wino_probe", "wave_probe"])].set_index(["model", "precision"])
+    graphs = dict(campaign.probe_graphs_winograd() + campaign.probe_graphs_wave())
+    assert len(d) == 2 * len(graphs) == 224
+    failed = {m for (m, _), e in d.error.items() if e}
+    assert failed == {m for m in graphs if m.startswith("smallnb_")}
+    for (name, prec), row in d[d.error == ""].iterrows():
+        got = plan_delegate(graphs[name], parse_target(f"h100/gpu/{prec}"), prec)
+        assert (got.intermediate, got.constant) == (row.intermediate, row.constant), (name, prec)
+    # 100 output channels: 100 at 32x32 (a group of 1), 104 at 40x40 (2), 112 at 56x56 (4)
+    c = d.constant
+    assert [c[(f"wino_{hw}_64_100", "fp16")] for hw in (32, 40, 56)] == [
+        36 * 64 * o * 2 for o in (100, 104, 112)]
+
+
+def test_winograd_output_group_follows_ml_drifts_nvidia_kernel_parameters():
+    gpu = parse_target("h100/gpu/fp16").device.gpu
+    assert gpu.compute_units == 132
+    # 25 output slices: warps a compute unit = tiles * 36 * 25 / 132 / 8 / 32
+    assert [winograd_output_group(gpu, t, 100) for t in (75, 76, 150, 151)] == [1, 2, 2, 4]
+    # few slices start from a smaller group: 3 slices -> 3 is not a power of two, stays 3
+    assert winograd_output_group(gpu, 10_000, 12) == 3
+    assert winograd_output_group(gpu, 10_000, 24) == 2         # 6 slices
+    other = dataclasses.replace(gpu, vendor="adreno")
+    assert winograd_output_group(other, 10_000, 100) == 1      # not modelled: aligned to 4
 
 
 def test_wide_concatenations_and_splits_become_chains():

@@ -31,8 +31,8 @@ from latpred.deduce.gpu import gpu_parts
 from latpred.deduce.optypes import bhwc
 from latpred.graph import Graph
 from latpred.memory.gpu_assign import greedy_best
-from latpred.memory.gpu_weights import (ELEMENT_BYTES, align, constant_bytes,
-                                        kernel_weight_bytes)
+from latpred.memory.arena import align_up
+from latpred.memory.gpu_weights import ELEMENT_BYTES, constant_bytes, kernel_weight_bytes
 from latpred.memory.prediction import MemoryPrediction, OpMemory
 
 
@@ -52,7 +52,7 @@ class GpuDelegatePlan:
 
 def tensor_bytes(shape, precision: str) -> int:
     b, h, w, c = bhwc(shape)
-    return b * h * w * -(-c // 4) * 4 * ELEMENT_BYTES[precision]
+    return b * h * w * align_up(c, 4) * ELEMENT_BYTES[precision]
 
 
 def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
@@ -246,7 +246,7 @@ def _thin_step(graph: Graph, node: GpuNode, first: bool, precision: str) -> int 
         c, kh, kw = w[3], w[1], w[2]
         if op.attr("depth_multiplier", 1) != 1 or c > dw_c or c * kh * kw > dw_taps:
             return None
-        return (align(c) + align(c) * kh * kw) * size
+        return (align_up(c, 4) + align_up(c, 4) * kh * kw) * size
     if node.type != "conv2d" or op.type != "CONV_2D" or op.attr("groups", 1) != 1:
         return None
     o, kh, kw, i = w
@@ -254,7 +254,7 @@ def _thin_step(graph: Graph, node: GpuNode, first: bool, precision: str) -> int 
         return None
     if o > _THIN_MAX_OUT or i * kh * kw * o > conv_size:
         return None
-    return (align(o) + align(i) * align(o) * kh * kw) * size
+    return (align_up(o, 4) + align_up(i, 4) * align_up(o, 4) * kh * kw) * size
 
 
 def thin_pointwise(graph: Graph, nodes: list[GpuNode], precision: str) -> list[GpuNode]:

@@ -13,12 +13,9 @@ from latpred.deduce.fusion import GpuNode
 from latpred.deduce.optypes import bhwc
 from latpred.device_profile import GpuSpec
 from latpred.graph import Graph
+from latpred.memory.arena import align_up
 
 ELEMENT_BYTES = {"fp16": 2, "fp32": 4}
-
-
-def align(x: int, n: int = 4) -> int:
-    return -(-x // n) * n
 
 
 def constant_bytes(graph: Graph, node: GpuNode, precision: str, gpu: GpuSpec) -> int:
@@ -30,14 +27,14 @@ def constant_bytes(graph: Graph, node: GpuNode, precision: str, gpu: GpuSpec) ->
         o, _, _, i = graph.tensors[op.inputs[1]].shape
         b, h, w, _ = bhwc(graph.tensors[op.outputs[0]].shape)
         group = winograd_output_group(gpu, b * -(-h // 4) * -(-w // 4), o)
-        total += 36 * align(i) * align(o, 4 * group) * e
+        total += 36 * align_up(i, 4) * align_up(o, 4 * group) * e
     elif node.type == "fc" and len(op.inputs) > 1:   # also a 1x1 CONV_2D on a small map
         w = graph.tensors[op.inputs[1]].shape
         o, i = w[0], w[-1]
         # a bias only where the op has one: the accelerator adds no zeros (the MobileNetV2
         # fixture's bias-less classifier, 1280 x 100, holds 1280 x 100 elements)
         has_bias = len(op.inputs) > 2 and op.inputs[2] >= 0
-        total += (align(i) * align(o) + align(o) * has_bias) * e
+        total += (align_up(i, 4) * align_up(o, 4) + align_up(o, 4) * has_bias) * e
     # Element-wise ops' constant operands are not counted: with them, 146 readings of the
     # synthetic, converter and zoo models planned the constants a few dozen to 800 bytes high
     # (exact on 1,568 of 1,720 readings), without them on 1,714 (session 29). Those operands
@@ -83,7 +80,7 @@ def kernel_weight_bytes(graph: Graph, node: GpuNode, e: int) -> int:
         op = graph.ops[i]
         if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) > 1:
             w = graph.tensors[op.inputs[1]].shape
-            total += w[0] * w[1] * w[2] * align(w[3]) * e
+            total += w[0] * w[1] * w[2] * align_up(w[3], 4) * e
             if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                total += align(graph.tensors[op.inputs[2]].size) * e
+                total += align_up(graph.tensors[op.inputs[2]].size, 4) * e
     return total

@@ -8,7 +8,7 @@ import pytest
 
 import latpred
 from latpred.builder import GraphBuilder
-from latpred.errors import LatpredError
+from latpred.errors import DelegateRefusedError, LatpredError
 from latpred.memory import largest_layer, naive_sum, predict_memory
 from latpred.memory.arena import SimpleArena
 from latpred.memory.host_cpu import arena_plan
@@ -219,6 +219,42 @@ def test_predict_many_with_memory_reuses_the_latency_batch(tmp_path):
     assert peaks.tolist() == memory_totals(graphs(), TARGET).tolist()
     expected = model.predict_many(graphs(), allow_fallback=True)
     assert [p.total_ms for p in preds] == [p.total_ms for p in expected]
+
+
+@pytest.mark.parametrize("target", ["h100/gpu/fp16", "h100/gpu/fp32", "h100/cuda/fp16"])
+def test_memory_totals_on_gpu_targets_are_that_runtimes_predictions(tmp_path, target):
+    # memory-aware NAS on a GPU target: the totals are that runtime's (LiteRT's GPU accelerator,
+    # PyTorch's caching allocator), not the host CPU planner's (which they were for the GPU
+    # accelerator until session 31)
+    import sys
+
+    from latpred.memory import memory_totals, predict_many_with_memory
+    from latpred.predictors import LatencyModel
+    from latpred.sampler import build_graph, sample
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from simdata import simulate
+
+    def runs(arch) -> bool:
+        try:
+            latpred.deduce(build_graph(arch), target)
+        except DelegateRefusedError:     # grouped convolutions the accelerator crashes on
+            return False
+        return True
+
+    archs = [a for a in sample(ROOT / "search_space" / "synthetic_cnn.yaml", 20, 3) if runs(a)]
+    assert len(archs) >= 8
+    expected = [predict_memory(build_graph(a), target).total for a in archs]
+    assert expected != [predict_memory(build_graph(a), TARGET).total for a in archs]
+    assert memory_totals([build_graph(a) for a in archs], target).tolist() == expected
+    model = LatencyModel.fit(simulate(tmp_path / "sim", target, n_models=12).root, target,
+                             family="lasso", search="none")
+    preds, peaks = predict_many_with_memory(model, [build_graph(a) for a in archs],
+                                            allow_fallback=True)
+    assert peaks.tolist() == expected
+    assert [p.total_ms for p in preds] == \
+        [p.total_ms for p in model.predict_many([build_graph(a) for a in archs],
+                                                allow_fallback=True)]
 
 
 litert = pytest.importorskip("ai_edge_litert")

@@ -44,8 +44,8 @@ def memory_total(graph: Graph, kernels: str = "xnnpack", configs: OpConfigs | No
 
 def memory_totals(graphs: Sequence[Graph], target: Any = "host/cpu/fp32/t1",
                   kernels: str = "xnnpack") -> np.ndarray:
-    """Peak bytes of each graph on `target` (LiteRT on the CPU, or a CUDA target: the caching
-    allocator's max_memory_allocated), as `predict_memory` totals."""
+    """Peak bytes of each graph on `target` (LiteRT on the CPU, LiteRT's GPU accelerator, or a
+    CUDA target: the caching allocator's max_memory_allocated), as `predict_memory` totals."""
     with paused_gc():
         return _memory_totals(graphs, target, kernels)
 
@@ -59,6 +59,10 @@ def _memory_totals(graphs: Sequence[Graph], target: Any, kernels: str) -> np.nda
 
         return np.array([simulate(g, t.precision, t.batch)["peak"] for g in graphs],
                         dtype=np.int64)
+    if t.processor == "gpu":
+        from latpred.memory.gpu_delegate import gpu_delegate_total
+
+        return np.array([gpu_delegate_total(g, t) for g in graphs], dtype=np.int64)
     if kernels == "xnnpack" and _compiled():
         from latpred.memory.flat import graph_totals
 

@@ -296,6 +296,16 @@ def thin_pointwise(graph: Graph, nodes: list[GpuNode], precision: str) -> list[G
     return out
 
 
+def gpu_delegate_total(graph: Graph, target) -> int:
+    """`predict_gpu_delegate(graph, target).total` without the per-op rows (`memory_totals`)."""
+    from latpred.memory.host_cpu import estimate_model_bytes
+
+    plan = plan_delegate(graph, target, target.precision)
+    e = ELEMENT_BYTES[target.precision]
+    packed = sum(kernel_weight_bytes(graph, n, e) for n in plan.nodes)
+    return estimate_model_bytes(graph) + packed + plan.intermediate + plan.constant
+
+
 def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
                          ) -> MemoryPrediction:
     """`predict_memory` on a GPU target LiteRT's accelerator (ML Drift) runs: `arena` is the

@@ -13,8 +13,10 @@ kinds, partitions' internal tensors, workspace plan). `check` recomputes them wi
 current code and compares them exactly, and also checks that `predict_many_with_memory`
 returns `predict_many`'s predictions (same process, a small GBDT on simulated data) and the
 saved totals, on freshly built graphs (it reads tensor sizes from the latency batch unless a
-graph already has them): the synthetic ones without fallback, all of them with it. It is a
-dev script, not a test: it takes about a minute.
+graph already has them): the synthetic ones without fallback, all of them with it. On the GPU
+targets (LiteRT's GPU accelerator and PyTorch on CUDA, fp16 and fp32) it records every
+`predict_memory` field and per-op row, or the refusal's message, and `memory_totals` of the
+graphs each runs. It is a dev script, not a test: it takes a few minutes.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "host/cpu/fp32/t1"
+GPU_TARGETS = ("h100/gpu/fp16", "h100/gpu/fp32", "h100/cuda/fp16", "h100/cuda/fp32")
 OTHER_SPACES = ("converter_cnn", "converter_small", "converter_large", "converter_scaled",
                 "mnasnet_residual", "regnet_cnn")
 
@@ -75,6 +78,27 @@ def figures(gs: list) -> dict:
                         sorted(p.names.items()), sorted(lay.delegated_ops), lay.internal,
                         xnnpack.workspace_plan(g, lay)))
     out["layout/xnnpack"] = layouts
+    out.update(gpu_figures(gs))
+    return out
+
+
+def gpu_figures(gs: list) -> dict:
+    """Per GPU target: each graph's `predict_memory` (or the refusal) and the totals of those
+    it runs."""
+    from latpred.errors import LatpredError
+    from latpred.memory import memory_totals, predict_memory
+
+    out = {}
+    for target in GPU_TARGETS:
+        rows, runs = [], []
+        for g in gs:
+            try:
+                rows.append(dataclasses.astuple(predict_memory(g, target)))
+                runs.append(g)
+            except LatpredError as e:
+                rows.append(str(e))
+        out[f"predict/{target}"] = rows
+        out[f"totals/{target}"] = memory_totals(runs, target).tolist()
     return out
 
 

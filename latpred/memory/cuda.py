@@ -18,6 +18,8 @@ predicted max_memory_allocated, `reserved` the predicted max_memory_reserved.
 
 from __future__ import annotations
 
+from itertools import chain
+
 from latpred.graph import Graph
 from latpred.memory.cuda_alloc import CachingAllocator
 from latpred.memory.prediction import MemoryPrediction, OpMemory
@@ -103,6 +105,34 @@ def simulate(graph: Graph, precision: str, batch: int = 1, workspace=None, scrat
     return {"graph": g, "elem": elem, "base": base, "loaded": loaded, "peak": state["peak"],
             "peak_op": state["op"], "kinds": state["kinds"], "reserved": peak_reserved,
             "per_op": per_op, "out_bytes": out_bytes}
+
+
+def peak_bytes(graph: Graph, precision: str, batch: int = 1) -> int:
+    """`simulate(graph, precision, batch)["peak"]` without the per-kind and per-op figures
+    (`memory_totals`): the allocator's own peak over one forward after the load."""
+    from latpred.memory import cuda_workspace
+    from latpred.pytorch.batch import with_batch
+
+    g = with_batch(graph, batch)
+    elem = _ELEM[precision]
+    alloc = cuda_workspace.process_start()
+    blocks: dict[int, object] = {}
+    load = load_events(g, elem)
+    events = forward_events(g, elem, cuda_workspace.conv_workspace,
+                            cuda_workspace.mean_scratch, len(load))
+    malloc, free, n_ops = alloc.malloc, alloc.free, len(g.ops)
+    for k, e in enumerate(chain(load, events)):
+        if k == len(load):
+            alloc.reset_peak()
+        if e.op >= n_ops:
+            break                       # the end's frees: the peak is set
+        if e.action == "alloc":
+            blocks[e.storage] = malloc(e.nbytes)
+        else:
+            free(blocks.pop(e.storage))
+    if len(events) == 0:
+        alloc.reset_peak()
+    return alloc.allocated.peak
 
 
 def predict_cuda(graph: Graph, target) -> MemoryPrediction:

@@ -38,10 +38,8 @@ output is freed before the end; the ops are latpred/pytorch/ops.py):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
-import numpy as np
+from math import prod
+from typing import Callable, NamedTuple
 
 from latpred.graph import Graph, Op
 
@@ -51,8 +49,7 @@ _OWN_SETUP = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D",
               "STRIDED_SLICE"}
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     action: str      # "alloc" or "free"
     storage: int
     nbytes: int
@@ -61,7 +58,7 @@ class Event:
 
 
 def _numel(shape) -> int:
-    return int(np.prod(shape)) if len(shape) else 1
+    return prod(shape)
 
 
 def _contig_strides(shape) -> list[int]:

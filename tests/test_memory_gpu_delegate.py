@@ -9,7 +9,9 @@ H100 in datasets/h100-gpu-memory, on models written here from their seeds and on
 
 import dataclasses
 import json
+from bisect import bisect_left
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 import pytest
@@ -17,7 +19,8 @@ import pytest
 import latpred
 from latpred.builder import GraphBuilder
 from latpred.errors import TargetError
-from latpred.memory.gpu_assign import greedy_best, greedy_by_breadth, greedy_by_size
+from latpred.memory.gpu_assign import (best_sizes, greedy_best, greedy_by_breadth,
+                                       greedy_by_size, record_arrays)
 from latpred.memory.gpu_weights import winograd_output_group
 from latpred.memory.gpu_delegate import plan_delegate, tensor_bytes
 from latpred.target import parse_target
@@ -244,3 +247,155 @@ def test_a_split_links_the_element_wise_op_on_its_first_part():
     b.output(b.concat([b.add(a, b.constant((100,))), b.tanh(c)]))
     plan = plan_delegate(b.build(), parse_target("h100/gpu/fp16"), "fp16")
     assert [n.type for n in plan.nodes] == ["split", "activation", "concat"]
+
+
+# The plain Python port the compiled heuristics replaced (session 31), kept as their oracle:
+# the same rules, loop for loop, from ml_drift/common/memory_management/ @ 48cfed7e.
+_NONE = float("inf")  # kNotAssigned
+
+
+def _task_profiles(records: Sequence[tuple[int, int, int]]) -> list[list[int]]:
+    """Per task, the records alive at it, by non-increasing size (std::stable_sort)."""
+    n_tasks = max((last + 1 for _, _, last in records), default=0)
+    profiles: list[list[int]] = [[] for _ in range(n_tasks)]
+    for r, (_, first, last) in enumerate(records):
+        for t in range(first, last + 1):
+            profiles[t].append(r)
+    for p in profiles:
+        p.sort(key=lambda r: -records[r][0])  # Python's sort is stable, as std::stable_sort
+    return profiles
+
+
+def _positional_maximums(records, profiles) -> list[int]:
+    out: list[int] = []
+    for p in profiles:
+        for i, r in enumerate(p):
+            if i < len(out):
+                out[i] = max(out[i], records[r][0])
+            else:
+                out.append(records[r][0])
+    return out
+
+
+def _py_by_size(records: Sequence[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+    """GreedyBySizeDistPriorityAssignment: (object id per record, object sizes)."""
+    n = len(records)
+    pos_max = _positional_maximums(records, _task_profiles(records))
+    position = []
+    for size, _, _ in records:
+        p = 0
+        while p < len(pos_max) and pos_max[p] >= size:
+            p += 1
+        position.append(p - 1)
+    dist: list[list[float]] = [[] for _ in range(n)]
+    best_dist = [_NONE] * n
+    best_obj = [-1] * n
+    obj_of = [-1] * n
+    sizes: list[int] = []
+    for _ in range(n):
+        best = -1
+        for i in range(n):  # the highest priority among the unassigned (operator>)
+            if obj_of[i] != -1:
+                continue
+            if best == -1 or _higher(position, best_dist, records, i, best):
+                best = i
+        if best_dist[best] == _NONE:
+            new, obj = True, len(sizes)
+            sizes.append(records[best][0])
+        else:
+            new, obj = False, best_obj[best]
+            sizes[obj] = max(sizes[obj], records[best][0])
+        obj_of[best] = obj
+        b_size, b_first, b_last = records[best]
+        for i in range(n):
+            if obj_of[i] != -1:
+                continue
+            if not new and dist[i][obj] == _NONE:
+                continue
+            _, first, last = records[i]
+            d = (b_first - last) if last < b_first else (first - b_last) if b_last < first \
+                else _NONE
+            if new:
+                dist[i].append(d)
+            elif d == _NONE:
+                dist[i][obj] = _NONE
+                if best_obj[i] == obj:  # RecalcBestDist
+                    best_dist[i], best_obj[i] = _NONE, -1
+                    for o, v in enumerate(dist[i]):
+                        if v < best_dist[i]:
+                            best_dist[i], best_obj[i] = v, o
+            else:
+                dist[i][obj] = min(dist[i][obj], d)
+            if d < best_dist[i]:
+                best_dist[i], best_obj[i] = d, obj
+    return obj_of, sizes
+
+
+def _higher(position, best_dist, records, a: int, b: int) -> bool:
+    """SizeDistPriorityInfo::operator> (a over b)."""
+    if position[a] != position[b]:
+        return position[a] < position[b]
+    if best_dist[a] != best_dist[b]:
+        return best_dist[a] < best_dist[b]
+    return records[a][0] > records[b][0]
+
+
+def _py_by_breadth(records: Sequence[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+    """GreedyByBreadthAssignment: (object id per record, object sizes)."""
+    profiles = _task_profiles(records)
+    breadth = [(sum(records[r][0] for r in p), t) for t, p in enumerate(profiles)]
+    # std::stable_sort over reverse iterators: by non-increasing breadth, ties by task id.
+    order = sorted(breadth, key=lambda bt: (-bt[0], bt[1]))
+    obj_of = [-1] * len(records)
+    sizes: list[int] = []
+    schedules: list[list[tuple[int, int]]] = []  # per object, (first, last) sorted by first
+    for _, task in order:
+        for r in profiles[task]:
+            if obj_of[r] != -1:
+                continue
+            size, first, last = records[r]
+            best = len(schedules)
+            for o in range(len(schedules)):
+                if best != len(schedules):
+                    bs, cs = sizes[best], sizes[o]
+                    if bs < size:
+                        if cs <= bs:
+                            continue
+                    elif cs < size or cs >= bs:
+                        continue
+                if _fits(schedules[o], first, last):
+                    best = o
+            if best == len(schedules):
+                schedules.append([(first, last)])
+                sizes.append(size)
+            else:
+                sched = schedules[best]
+                sched.insert(bisect_left(sched, (first,)), (first, last))
+                sizes[best] = max(sizes[best], size)
+            obj_of[r] = best
+    return obj_of, sizes
+
+
+def _fits(schedule: list[tuple[int, int]], first: int, last: int) -> bool:
+    """No interval of the object's schedule meets [first, last] (std::set::lower_bound)."""
+    k = bisect_left(schedule, (first,))
+    if k < len(schedule) and schedule[k][0] <= last:
+        return False
+    return not (k > 0 and schedule[k - 1][1] >= first)
+
+
+def test_compiled_heuristics_equal_the_python_port_on_random_records():
+    import random
+
+    rng = random.Random(31)
+    for trial in range(400):
+        n, tasks = rng.randint(0, 40), rng.randint(1, 30)
+        records = []
+        for _ in range(n):
+            a, b = sorted(rng.randrange(tasks) for _ in range(2))
+            records.append((rng.choice((64, 128, 256, 512, 1024, 4096)) * rng.randint(1, 4),
+                            a, b))
+        assert greedy_by_size(records) == _py_by_size(records), records
+        assert greedy_by_breadth(records) == _py_by_breadth(records), records
+        best = min(_py_by_breadth(records), _py_by_size(records), key=lambda r: sum(r[1]))
+        assert sum(best_sizes(*record_arrays(records))) == sum(best[1])

@@ -6,7 +6,7 @@ The delegate's memory manager (google-ai-edge/ml-drift ml_drift/webgpu/memory_ma
   included, stored as BUFFER on this GPU: B x H x W x ceil(C/4) x 4 elements of the precision's
   type (TensorDescriptor::GetMemorySizeInBytes); the usage interval of each is [first, last]
   node index that reads or writes it, inputs from 0, outputs to the node count
-  (CollectUsageInformation); tensors share buffers as `gpu_assign.greedy_best` packs them
+  (CollectUsageInformation); tensors share buffers as `gpu_assign.best_sizes` packs them
   (AllocateMemoryForBuffers: MemoryStrategy::GREEDY_BEST);
 - **constant**: tensors the graph keeps constant on the GPU (AllocateMemoryForConstTensors):
   fully-connected weights and biases and a Winograd convolution's transformed weights
@@ -30,7 +30,7 @@ from latpred.deduce.fusion import GpuNode
 from latpred.deduce.gpu import gpu_parts
 from latpred.deduce.optypes import bhwc
 from latpred.graph import Graph
-from latpred.memory.gpu_assign import greedy_best
+from latpred.memory.gpu_assign import best_sizes, record_arrays
 from latpred.memory.arena import align_up
 from latpred.memory.gpu_weights import ELEMENT_BYTES, constant_bytes, kernel_weight_bytes
 from latpred.memory.prediction import MemoryPrediction, OpMemory
@@ -97,7 +97,7 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
             intervals[t] = tuple(first_last[t])
             ids.append(t)
         records += recs
-        buffers += greedy_best(recs)[1]
+        buffers += best_sizes(*record_arrays(recs)).tolist()
         all_nodes += nodes
     tensors = {t: r[0] for t, r in zip(ids, records)}
     return GpuDelegatePlan(sum(buffers), tuple(buffers), tensors, intervals, tuple(all_nodes),

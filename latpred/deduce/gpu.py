@@ -75,6 +75,29 @@ class GpuPart:
 
 def gpu_parts(graph: Graph, target: Target) -> list[GpuPart]:
     """The graph's subsets in execution order, each delegated (fused nodes) or on the CPU."""
+    parts = _gpu_parts(graph, target)
+    # kept with the graph's derived views (ops and nodes only: a part refers to the graph)
+    graph._cache[_nodes_key(target)] = [(p.ops, p.nodes) for p in parts if p.delegated]
+    return parts
+
+
+def delegated_nodes(graph: Graph, target: Target) -> list[tuple[list[int], list[GpuNode]]]:
+    """The delegated parts' ops and fused nodes, as `gpu_parts` last found them for this
+    graph on this target's rules: memory-aware NAS plans the delegate's buffers over the parts
+    the latency prediction deduced (`latpred.memory.gpu_delegate`)."""
+    nodes = graph._cache.get(_nodes_key(target))
+    if nodes is None:
+        gpu_parts(graph, target)
+        nodes = graph._cache[_nodes_key(target)]
+    return nodes
+
+
+def _nodes_key(target: Target) -> tuple:
+    d = target.device
+    return ("gpu_nodes", d.gpu_rules, d.cpu_rules, d.gpu, target.precision)
+
+
+def _gpu_parts(graph: Graph, target: Target) -> list[GpuPart]:
     rules = GPU_RULES[target.device.gpu_rules]
     _check_static_shapes(graph, rules)
     cpu_rules = CPU_RULES[target.device.cpu_rules]

@@ -27,7 +27,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from latpred.deduce.fusion import GpuNode
-from latpred.deduce.gpu import gpu_parts
+from latpred.deduce.gpu import delegated_nodes
 from latpred.deduce.optypes import bhwc
 from latpred.graph import Graph
 from latpred.memory.gpu_assign import best_sizes, record_arrays
@@ -59,10 +59,8 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
     """The intermediate buffers of the delegated parts of `graph` on `target`."""
     records, ids, intervals, shapes, all_nodes = [], [], {}, {}, []
     buffers: list[int] = []
-    for part in gpu_parts(graph, target):
-        if not part.delegated:
-            continue
-        nodes = thin_pointwise(graph, part.nodes, precision)
+    for part_ops, part_nodes in delegated_nodes(graph, target):
+        nodes = thin_pointwise(graph, part_nodes, precision)
         for n in nodes:
             for t, shape in zip(n.outputs, _output_shapes(graph, n, shapes)):
                 if t < 0:
@@ -80,7 +78,7 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
             else:
                 fl[1] = k
 
-        part_inputs, part_outputs = _boundary(graph, part.ops, nodes)
+        part_inputs, part_outputs = _boundary(graph, part_ops, nodes)
         for t in part_inputs:
             use(t, 0)
         for k, n in enumerate(nodes):

@@ -241,3 +241,42 @@ def test_memory_totals_on_a_cuda_target_are_the_predictions(rows):
     measured = sample[sample.target == "h100/cuda/fp16"]
     got = memory_totals([build_graph(json.loads(a)) for a in measured.arch], "h100/cuda/fp16")
     assert list(got) == list(measured.cold_peak_allocated)
+
+
+def test_compiled_allocator_peaks_equal_the_python_allocators():
+    # random request sequences (small and large pools, splits, merges with either neighbour,
+    # cached blocks reused, the peak reset part-way) through both allocators
+    import random
+
+    from latpred.memory.compiled_cuda_alloc import FREE, batch_peaks
+
+    rng = random.Random(31)
+    sizes = (1, 511, 512, 700, 5632, 64 << 10, MiB - 512, MiB, MiB + 1, 3 * MiB, 9 * MiB,
+             10 * MiB, 21 * MiB, 33 * MiB)
+    codes, sids, g_ptr, g_reset, expected = [], [], [0], [], []
+    for trial in range(300):
+        alloc = cuda_workspace.process_start()
+        live: list[int] = []
+        blocks = {}
+        n_ev = rng.randint(0, 60)
+        reset = rng.randint(0, n_ev)
+        for k in range(n_ev):
+            if k == reset:
+                alloc.reset_peak()
+            if live and rng.random() < 0.4:
+                s = live.pop(rng.randrange(len(live)))
+                alloc.free(blocks.pop(s))
+                codes.append(FREE)
+            else:
+                s = k
+                n = rng.choice(sizes) + rng.choice((0, 0, 1, 100, 4096))
+                blocks[s] = alloc.malloc(n)
+                live.append(s)
+                codes.append(n)
+            sids.append(s)
+        if reset == n_ev:
+            alloc.reset_peak()
+        expected.append(alloc.allocated.peak)
+        g_reset.append(reset)
+        g_ptr.append(len(codes))
+    assert batch_peaks(codes, sids, g_ptr, g_reset).tolist() == expected

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from itertools import chain
 
+import numpy as np
+
 from latpred.graph import Graph
 from latpred.memory.cuda_alloc import CachingAllocator
 from latpred.memory.prediction import MemoryPrediction, OpMemory
@@ -107,32 +109,31 @@ def simulate(graph: Graph, precision: str, batch: int = 1, workspace=None, scrat
             "per_op": per_op, "out_bytes": out_bytes}
 
 
-def peak_bytes(graph: Graph, precision: str, batch: int = 1) -> int:
-    """`simulate(graph, precision, batch)["peak"]` without the per-kind and per-op figures
-    (`memory_totals`): the allocator's own peak over one forward after the load."""
+def batch_peaks(graphs, precision: str, batch: int = 1) -> np.ndarray:
+    """`simulate(graph, precision, batch)["peak"]` of each graph, without the per-kind and
+    per-op figures (`memory_totals`): the same requests, replayed for the whole batch by the
+    compiled allocator (`compiled_cuda_alloc`)."""
     from latpred.memory import cuda_workspace
+    from latpred.memory.compiled_cuda_alloc import FREE, batch_peaks as replay
     from latpred.pytorch.batch import with_batch
 
-    g = with_batch(graph, batch)
     elem = _ELEM[precision]
-    alloc = cuda_workspace.process_start()
-    blocks: dict[int, object] = {}
-    load = load_events(g, elem)
-    events = forward_events(g, elem, cuda_workspace.conv_workspace,
-                            cuda_workspace.mean_scratch, len(load))
-    malloc, free, n_ops = alloc.malloc, alloc.free, len(g.ops)
-    for k, e in enumerate(chain(load, events)):
-        if k == len(load):
-            alloc.reset_peak()
-        if e.op >= n_ops:
-            break                       # the end's frees: the peak is set
-        if e.action == "alloc":
-            blocks[e.storage] = malloc(e.nbytes)
-        else:
-            free(blocks.pop(e.storage))
-    if len(events) == 0:
-        alloc.reset_peak()
-    return alloc.allocated.peak
+    ws, sc = cuda_workspace.conv_workspace, cuda_workspace.mean_scratch
+    codes: list[int] = []
+    sids: list[int] = []
+    g_ptr, g_reset = [0], []
+    for graph in graphs:
+        g = with_batch(graph, batch)
+        n_ops = len(g.ops)
+        load = load_events(g, elem)
+        g_reset.append(len(load))               # the peak is reset after the load
+        for e in chain(load, forward_events(g, elem, ws, sc, len(load))):
+            if e.op >= n_ops:
+                break                           # the end's frees: the peak is set
+            codes.append(e.nbytes if e.action == "alloc" else FREE)
+            sids.append(e.storage)
+        g_ptr.append(len(codes))
+    return replay(codes, sids, g_ptr, g_reset)
 
 
 def predict_cuda(graph: Graph, target) -> MemoryPrediction:

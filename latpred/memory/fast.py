@@ -55,9 +55,9 @@ def _memory_totals(graphs: Sequence[Graph], target: Any, kernels: str) -> np.nda
 
     t = _check_target(target)
     if t.processor == "cuda":
-        from latpred.memory.cuda import peak_bytes
+        from latpred.memory.cuda import batch_peaks
 
-        return np.array([peak_bytes(g, t.precision, t.batch) for g in graphs], dtype=np.int64)
+        return batch_peaks(graphs, t.precision, t.batch)
     if t.processor == "gpu":
         from latpred.memory.gpu_delegate import gpu_delegate_total
 

@@ -22,6 +22,7 @@ act on the NHWC view. Each op is what a PyTorch model would launch for the layer
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Callable
 
 import torch
@@ -55,8 +56,10 @@ def activation(y: torch.Tensor, act: str, inplace: bool = True) -> torch.Tensor:
     raise NotImplementedError(f"fused activation {act}")
 
 
+@lru_cache(maxsize=1 << 14)
 def window_padding(size_hw, kernel_hw, stride_hw, dilation_hw, padding: str):
-    """(symmetric (ph, pw), asymmetric F.pad tuple or None) for a window op in NCHW."""
+    """(symmetric (ph, pw), asymmetric F.pad tuple or None) for a window op in NCHW (pairs as
+    tuples; cached: the memory planner asks for every window op of every candidate)."""
     if padding == "VALID":
         return (0, 0), None
     sym, pads = [], []

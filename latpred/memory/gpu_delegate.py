@@ -212,6 +212,8 @@ def _boundary(graph: Graph, ops, nodes) -> tuple[list[int], list[int]]:
     inputs = sorted({t for n in nodes for t in n.inputs
                      if t >= 0 and t not in written and not graph.tensors[t].is_constant})
     outs = set(graph.outputs)
+    if len(opset) == len(graph.ops):     # the whole graph (the usual part): no reader outside
+        return inputs, sorted(t for t in written if t >= 0 and t in outs)
     consumers = graph.consumers
     outputs = sorted(t for t in written if t >= 0 and (
         t in outs or any(c not in opset for c in consumers.get(t, ()))))

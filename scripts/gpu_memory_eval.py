@@ -62,15 +62,23 @@ def assemble(runs: list[str], out: Path) -> None:
 
 def _graphs(d: pd.DataFrame) -> dict:
     import gpu_memory_campaign as campaign
-    from latpred.sampler import load_space, write_samples
-    from latpred.tflite import read_tflite
-    from latpred.zoo import write_models
 
     graphs = dict(campaign.probe_graphs() + campaign.probe_graphs_thin()
                   + campaign.probe_graphs_groups() + campaign.probe_graphs_crash()
                   + campaign.probe_graphs_wide() + campaign.probe_graphs_small()
                   + campaign.probe_graphs_winograd() + campaign.probe_graphs_wave())
-    tmp = Path(tempfile.mkdtemp())
+    with tempfile.TemporaryDirectory() as tmp:   # ~2 GB of models, removed after
+        _read_written(Path(tmp), d, graphs)
+    return graphs
+
+
+def _read_written(tmp: Path, d: pd.DataFrame, graphs: dict) -> None:
+    """The sampled and zoo models written again from their seeds (and the corpus fixtures),
+    read into `graphs` when their bytes are those measured."""
+    from latpred.sampler import load_space, write_samples
+    from latpred.tflite import read_tflite
+    from latpred.zoo import write_models
+
     # the sampled models' names carry their space, seed and index: write each space and seed
     # with as many samples as were measured
     sampled = d.model.str.extract(r"^(synthetic_cnn|converter_cnn)-s(\d+)-(\d+)$").dropna()
@@ -87,7 +95,6 @@ def _graphs(d: pd.DataFrame) -> dict:
             if hashlib.sha256(data).hexdigest() != sha[p.stem]:
                 raise SystemExit(f"{p.stem}: not the file measured (sha256 differs)")
             graphs[p.stem] = read_tflite(data)
-    return graphs
 
 
 def score(data: Path) -> None:
@@ -113,6 +120,8 @@ def score(data: Path) -> None:
         n=("exact", "size"), intermediate_exact=("exact", "sum"),
         constant_exact=("const_exact", "sum"), constant_within_5pct=("const5", "sum"))
     print(table.to_string())
+    print(f"all: intermediate exact {x.exact.sum():,} / {len(x):,}, constant exact "
+          f"{x.const_exact.sum():,} / {len(x):,}")
 
 
 def main(argv=None) -> None:

@@ -79,6 +79,8 @@ def test_predict_memory_on_the_gpu_target_and_a_clear_refusal_elsewhere():
     assert sum(o.sets_peak for o in m.ops) == 1
     with pytest.raises(TargetError, match="OpenCL"):
         latpred.predict_memory(_chain(4), "pixel4/gpu/fp16")
+    with pytest.raises(TargetError, match=r"its runtime \(tflite\)"):   # the phone's CPU
+        latpred.predict_memory(_chain(4), "pixel4/cpu/fp32/1L")
 
 
 def _recorded():

@@ -32,10 +32,12 @@ def _check_target(target):
     if t.processor == "gpu" and t.device.gpu.api == "webgpu":
         return t
     if t.processor != "cpu" or t.runtime != "litert":
+        why = (f"its runtime ({t.runtime}) plans the arena and XNNPACK's workspace by its own "
+               f"version's rules, which latpred has not measured" if t.processor == "cpu" else
+               "the OpenCL delegate phones run plans textures by other rules")
         raise TargetError(f"Memory prediction covers LiteRT on the CPU (e.g. host/cpu/fp32/t1), "
                           f"LiteRT's GPU accelerator over WebGPU (h100/gpu/fp16) and PyTorch on "
-                          f"CUDA (e.g. h100/cuda/fp16) so far, not {t}: the OpenCL delegate "
-                          f"phones run plans textures by other rules.")
+                          f"CUDA (e.g. h100/cuda/fp16) so far, not {t}: {why}.")
     return t
 
 

@@ -110,3 +110,44 @@ def test_the_first_op_shaped_at_run_time():
     for target in ("pixel4/gpu/fp16", "h100/gpu/fp32"):
         assert "free batch size" in refusal(g, target)
     assert refusal(g, "host/cpu/fp32/t1") == ""              # XNNPACK allows dynamic tensors
+
+
+def test_convolutions_without_a_bias_are_refused_where_litert_did_not_run_them(tmp_path):
+    # run 7's probes without a bias: LiteRT's GPU accelerator did not compile the 1x1
+    # CONV_2Ds (status 3) and ran the fully-connected layers; TFLite's CPU kernel refuses such
+    # a CONV_2D at Prepare; PyTorch runs it
+    import sys
+
+    from click.testing import CliRunner
+
+    from latpred.cli import main
+    from latpred.errors import UnsupportedModelError
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_memory_campaign as campaign
+
+    probes = dict(campaign.probe_graphs_winograd())
+    runs = pd.read_parquet(ROOT / "datasets" / "h100-gpu-memory" / "models.parquet")
+    runs = runs[runs.model.str.contains("nb_")]
+    assert len(runs) == 16 and (runs.error != "").sum() == 8
+    for r in runs.itertuples():
+        said = refusal(probes[r.model], f"h100/gpu/{r.precision}")
+        assert bool(said) == (r.error != ""), r.model
+        assert not said or "no bias tensor" in said
+    conv = probes["smallnb_2_64_10"]
+    with pytest.raises(UnsupportedModelError, match="conv.cc Prepare"):
+        deduce(conv, "host/cpu/fp32/t1")
+    assert deduce(conv, "h100/cuda/fp16")
+    # a DEPTHWISE_CONV_2D with two inputs runs, on a builtin kernel latpred has not measured
+    dw = build("mobilenet_v2_1.0")
+    k = next(i for i, op in enumerate(dw.ops) if op.type == "DEPTHWISE_CONV_2D")
+    ops = list(dw.ops)
+    ops[k] = type(ops[k])(ops[k].type, ops[k].inputs[:2], ops[k].outputs, ops[k].attrs)
+    dw = type(dw)(dw.tensors, tuple(ops), dw.inputs, dw.outputs, dw.name)
+    with pytest.raises(UnsupportedModelError, match="builtin kernel"):
+        deduce(dw, "host/cpu/fp32/t1")
+    path = tmp_path / "nobias.tflite"
+    write_tflite(conv, path)
+    res = CliRunner().invoke(main, ["inspect", str(path), "--target", "host/cpu/fp32/t1"])
+    assert res.exit_code == 2 and "no bias tensor" in res.output
+    assert "Traceback" not in res.output

@@ -20,6 +20,7 @@ from latpred.deduce import xnnpack_int8 as xi
 from latpred.deduce.kernel import BUILTIN_PREFIX, KERNEL_TYPES, Kernel, base_type
 from latpred.deduce.optypes import TENSOR_DEPENDENT, channelwise, kernel_type, spatial_zero_pad
 from latpred.deduce.rulesets import CpuRuleSet
+from latpred.errors import UnsupportedModelError
 from latpred.graph import Graph
 
 
@@ -160,6 +161,8 @@ _TENSOR_DEPENDENT = TENSOR_DEPENDENT | {"DEPTHWISE_CONV_2D"}
 
 
 def _cpu_type(graph: Graph, op, rules: CpuRuleSet) -> str:
+    if op.type in _CONVOLUTIONS and (len(op.inputs) < 3 or op.inputs[2] < 0):
+        raise UnsupportedModelError(no_bias_refusal(graph, op))
     ktype = kernel_type(graph, op)
     if ktype == "grouped_conv2d" and rules.channelwise_as_depthwise and \
             channelwise(graph, op):
@@ -168,6 +171,33 @@ def _cpu_type(graph: Graph, op, rules: CpuRuleSet) -> str:
             not dw_microkernel(graph, op, rules.dwconv_max_taps):
         return "dwconv2d_igemm"
     return ktype
+
+
+_CONVOLUTIONS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D"})
+
+
+def no_bias_refusal(graph: Graph, op) -> str:
+    """Why LiteRT does not run (or latpred cannot predict) a convolution without a bias.
+
+    XNNPACK takes a convolution only with three inputs and a bias tensor (VisitConv2DNode,
+    VisitDepthwiseConv2DNode: CheckNumInputsAndOutputs(..., 3, 1, ...), then `bias_tensor_id <
+    0` is an error; tflite/delegates/xnnpack/xnnpack_delegate.cc @ LiteRT f67457790), so
+    TFLite's builtin kernel gets it, whose Prepare refuses a CONV_2D without one
+    (tflite/kernels/conv.cc: TF_LITE_ENSURE(context, has_bias)) and an absent third input of a
+    DEPTHWISE_CONV_2D (depthwise_conv.cc reads input 2 when there are three). LiteRT's GPU
+    accelerator failed to compile every bias-less CONV_2D probe (four 1x1 convolutions whose
+    bias input is -1, in fp16 and fp32: the smallnb_* rows of datasets/h100-gpu-memory). A DEPTHWISE_CONV_2D with two inputs does run, on the builtin kernel, which latpred
+    has not measured."""
+    i = graph.ops.index(op)
+    name = graph.tensors[op.outputs[0]].name if op.outputs else ""
+    fix = "TFLiteConverter writes a zero bias instead: re-export the model, or add one"
+    if op.type == "DEPTHWISE_CONV_2D" and len(op.inputs) == 2:
+        return (f"Op {i} ({op.type}, {name!r}) has no bias: XNNPACK declines it, so LiteRT "
+                f"runs it on TFLite's builtin kernel, which latpred has no measurements of; "
+                f"{fix}.")
+    return (f"LiteRT cannot run this model: op {i} ({op.type}, {name!r}) has no bias tensor, "
+            f"which TFLite's kernel requires (tflite/kernels/"
+            f"{'conv' if op.type == 'CONV_2D' else 'depthwise_conv'}.cc Prepare); {fix}.")
 
 
 def dw_microkernel(graph: Graph, op, max_taps: int) -> bool:

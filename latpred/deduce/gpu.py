@@ -28,7 +28,7 @@ from itertools import repeat
 from operator import attrgetter, is_
 
 from latpred.deduce import conv_selection as cs
-from latpred.deduce.cpu import cpu_kernel
+from latpred.deduce.cpu import cpu_kernel, no_bias_refusal
 from latpred.deduce.fusion import GpuNode, merge_elementwise_nodes, merge_nodes
 from latpred.deduce.gpu_plans import OpEntry, OpPlan, Plans, plans_for
 from latpred.deduce.kernel import Kernel
@@ -100,6 +100,8 @@ def _nodes_key(target: Target) -> tuple:
 def _gpu_parts(graph: Graph, target: Target) -> list[GpuPart]:
     rules = GPU_RULES[target.device.gpu_rules]
     _check_static_shapes(graph, rules)
+    if target.runtime == "litert":
+        _check_biases(graph)
     cpu_rules = CPU_RULES[target.device.cpu_rules]
     plans = plans_for(rules, target.device.gpu, target.precision)
     entries = plans.entries(graph)
@@ -114,6 +116,16 @@ def _gpu_parts(graph: Graph, target: Target) -> list[GpuPart]:
     if rules.split_group_max_inputs is not None:
         _check_split_groups(graph, rules, parts)
     return parts
+
+
+def _check_biases(graph: Graph) -> None:
+    """LiteRT's GPU accelerator did not compile a convolution without a bias (the 8 readings of
+    4 bias-less CONV_2D probes, datasets/h100-gpu-memory), nor does its CPU
+    (`cpu.no_bias_refusal`)."""
+    for op in graph.ops:
+        if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D") and \
+                (len(op.inputs) < 3 or op.inputs[2] < 0):
+            raise DelegateRefusedError(no_bias_refusal(graph, op))
 
 
 def _check_static_shapes(graph: Graph, rules) -> None:

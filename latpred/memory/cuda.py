@@ -124,12 +124,9 @@ def batch_peaks(graphs, precision: str, batch: int = 1) -> np.ndarray:
     g_ptr, g_reset = [0], []
     for graph in graphs:
         g = with_batch(graph, batch)
-        n_ops = len(g.ops)
         load = load_events(g, elem)
         g_reset.append(len(load))               # the peak is reset after the load
-        for e in chain(load, forward_events(g, elem, ws, sc, len(load))):
-            if e.op >= n_ops:
-                break                           # the end's frees: the peak is set
+        for e in chain(load, forward_events(g, elem, ws, sc, len(load), returns=False)):
             codes.append(e.nbytes if e.action == "alloc" else FREE)
             sids.append(e.storage)
         g_ptr.append(len(codes))

@@ -13,6 +13,8 @@ The GPU's figures enter: 132 SMs and 2,048 threads per SM on the H100.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 MAX_NUM_THREADS = 512
 WARP = 32
 ARG_BYTES = 4          # sizeof(arg_t): float accumulation for half and float
@@ -59,6 +61,7 @@ def _iter_dims(shape: tuple[int, ...], axes: tuple[int, ...]):
     return out
 
 
+@lru_cache(maxsize=1 << 12)
 def reduce_scratch(shape: tuple[int, ...], axes: tuple[int, ...], elem: int,
                    sm_count: int = 132, threads_per_sm: int = 2048) -> tuple[int, ...]:
     """Bytes of (global buffer, semaphores) a CUDA mean over `axes` allocates, or ()."""

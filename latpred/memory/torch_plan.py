@@ -57,8 +57,8 @@ class Event(NamedTuple):
     what: str = ""   # "weight", "temp", "input", "output", "workspace", "scratch"
 
 
-def _numel(shape) -> int:
-    return prod(shape)
+_numel = prod                   # a shape's elements (1 for a scalar's empty shape)
+_new = tuple.__new__            # an Event without NamedTuple's Python-level __new__ (hot)
 
 
 def _contig_strides(shape) -> list[int]:
@@ -96,7 +96,7 @@ def load_events(graph: Graph, elem: int) -> list[Event]:
 
     def alloc(nbytes, what):
         nonlocal sid
-        ev.append(Event("alloc", sid, nbytes, -1, what))
+        ev.append(_new(Event, ("alloc", sid, nbytes, -1, what)))
         sid += 1
         return sid - 1
 
@@ -111,7 +111,7 @@ def load_events(graph: Graph, elem: int) -> list[Event]:
             alloc(_numel(w) * elem, "weight")
             if convert and _channels_last_weight_needs_temp(torch_w):
                 tmp = alloc(_numel(w) * elem, "temp")
-                ev.append(Event("free", tmp, 0, -1, "temp"))
+                ev.append(_new(Event, ("free", tmp, 0, -1, "temp")))
             if len(op.inputs) > 2 and op.inputs[2] >= 0:
                 alloc(_numel(t[op.inputs[2]].shape) * elem, "weight")
         elif op.type == "FULLY_CONNECTED":
@@ -132,8 +132,9 @@ ScratchFn = Callable[[Graph, Op, int], "tuple[int, ...]"]
 
 
 def forward_events(graph: Graph, elem: int, workspace: WorkspaceFn, scratch: ScratchFn,
-                   first_storage: int) -> list[Event]:
-    """One forward: the events per op, then the frees when it returns (outputs kept)."""
+                   first_storage: int, returns: bool = True) -> list[Event]:
+    """One forward: the events per op, then (`returns`) the frees when it returns (outputs
+    kept; they cannot raise the peak, so `memory_totals` leaves them out)."""
     from latpred.pytorch.ops import window_padding
     from latpred.shapes import pair
 
@@ -146,19 +147,18 @@ def forward_events(graph: Graph, elem: int, workspace: WorkspaceFn, scratch: Scr
 
     def alloc(nbytes, op, what):
         nonlocal sid
-        ev.append(Event("alloc", sid, int(nbytes), op, what))
+        ev.append(_new(Event, ("alloc", sid, int(nbytes), op, what)))
         sid += 1
         return sid - 1
 
     def free(s, op, what):
-        ev.append(Event("free", s, 0, op, what))
+        ev.append(_new(Event, ("free", s, 0, op, what)))
 
     def nbytes(tid):
-        return _numel(t[tid].shape) * elem
+        return prod(t[tid].shape) * elem
 
     for k, op in enumerate(graph.ops):
-        ins = [i for i in op.inputs if i >= 0]
-        outs = list(op.outputs)
+        outs = op.outputs
         ty = op.type
         temps: list[int] = []
         if ty in ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D"):
@@ -206,7 +206,7 @@ def forward_events(graph: Graph, elem: int, workspace: WorkspaceFn, scratch: Scr
         else:
             if ty == "SQUARED_DIFFERENCE" or (ty == "SOFTMAX" and
                                               float(op.attr("beta", 1.0)) != 1.0):
-                temps.append(alloc(nbytes(ins[0]), k, "temp"))
+                temps.append(alloc(nbytes(next(i for i in op.inputs if i >= 0)), k, "temp"))
             for o in outs:
                 storage[o] = alloc(nbytes(o), k, "output")
             if ty == "MEAN":    # buffer then semaphores, both held through the launch
@@ -215,6 +215,8 @@ def forward_events(graph: Graph, elem: int, workspace: WorkspaceFn, scratch: Scr
                     free(s, k, "scratch")
         for s in temps:
             free(s, k, "temp")
+    if not returns:
+        return ev
     end = len(graph.ops)
     kept = {storage[o] for o in graph.outputs if o in storage}
     seen = set()

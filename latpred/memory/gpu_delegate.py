@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from latpred.deduce.fusion import GpuNode
 from latpred.deduce.gpu import delegated_nodes
@@ -50,6 +51,7 @@ class GpuDelegatePlan:
     constant: int
 
 
+@lru_cache(maxsize=1 << 14)
 def tensor_bytes(shape, precision: str) -> int:
     b, h, w, c = bhwc(shape)
     return b * h * w * align_up(c, 4) * ELEMENT_BYTES[precision]
@@ -67,25 +69,8 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
                     shapes[t] = shape
         rank = _value_ids(nodes)
         nodes = wide_chains(graph, nodes, shapes, rank, target.device.gpu)
-        first_last: dict[int, list[int]] = {}
-
-        def use(t: int, k: int) -> None:
-            if t >= 0 and graph.tensors[t].is_constant:
-                return
-            fl = first_last.get(t)
-            if fl is None:
-                first_last[t] = [k, k]
-            else:
-                fl[1] = k
-
         part_inputs, part_outputs = _boundary(graph, part_ops, nodes)
-        for t in part_inputs:
-            use(t, 0)
-        for k, n in enumerate(nodes):
-            for t in (*n.inputs, *n.outputs):
-                use(t, k)
-        for t in part_outputs:
-            use(t, len(nodes))
+        first_last = _usage(graph, nodes, part_inputs, part_outputs)
         order = sorted(first_last, key=rank.__getitem__)
         recs = []
         for t in order:
@@ -101,6 +86,27 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
     return GpuDelegatePlan(sum(buffers), tuple(buffers), tensors, intervals, tuple(all_nodes),
                            sum(constant_bytes(graph, n, precision, target.device.gpu)
                                for n in all_nodes))
+
+
+def _usage(graph: Graph, nodes: list[GpuNode], part_inputs, part_outputs
+           ) -> dict[int, list[int]]:
+    """Each non-constant tensor's [first, last] node (CollectUsageInformation): the part's
+    inputs are used at node 0, its outputs at one past the last node."""
+    tensors = graph.tensors
+    first_last: dict[int, list[int]] = {}
+    get = first_last.get
+    uses = [(t, 0) for t in part_inputs]
+    uses += [(t, k) for k, n in enumerate(nodes) for t in (*n.inputs, *n.outputs)]
+    uses += [(t, len(nodes)) for t in part_outputs]
+    for t, k in uses:
+        if t >= 0 and tensors[t].is_constant:
+            continue
+        fl = get(t)
+        if fl is None:
+            first_last[t] = [k, k]
+        else:
+            fl[1] = k
+    return first_last
 
 
 def _value_ids(nodes: list[GpuNode]) -> dict[int, int]:
@@ -229,6 +235,7 @@ _THIN = {  # precision -> (dw max channels, dw max C*kh*kw, conv max C_in*kh*kw*
     "fp32": (16, 3 * 3 * 16, 16 * 32),
 }
 _THIN_MAX_OUT = 32           # a conv's output channels
+_THIN_TYPES = frozenset({"dwconv2d", "conv2d"})   # what a chain's steps can be
 _THIN_MAX_CONVS = 3          # max_convs_count
 _THIN_MAX_BUFFER = 1024 * 3  # max_buffer_size, bytes of weights and biases together
 
@@ -278,7 +285,8 @@ def thin_pointwise(graph: Graph, nodes: list[GpuNode], precision: str) -> list[G
                 if len(prev) != 1 or n.inputs[:1] != prev or readers.get(prev[0]) != 1 \
                         or prev[0] in outs:
                     break
-            step = _thin_step(graph, n, not chain, precision)
+            step = _thin_step(graph, n, not chain, precision) \
+                if n.type in _THIN_TYPES else None
             if step is None or total + step > _THIN_MAX_BUFFER:
                 break
             chain.append(n)

@@ -255,6 +255,9 @@ def test_memory_totals_on_gpu_targets_are_that_runtimes_predictions(tmp_path, ta
     assert [p.total_ms for p in preds] == \
         [p.total_ms for p in model.predict_many([build_graph(a) for a in archs],
                                                 allow_fallback=True)]
+    both = model.predict_many([build_graph(a) for a in archs], allow_fallback=True, memory=True)
+    assert [p.peak_bytes for p in both] == expected
+    assert [p.total_ms for p in both] == [p.total_ms for p in preds]
 
 
 litert = pytest.importorskip("ai_edge_litert")

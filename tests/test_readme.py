@@ -67,8 +67,8 @@ def test_readme_python_blocks_run(user_folder: Path, monkeypatch) -> None:
     # The example's own names hold what it says they hold.
     assert namespace["p"].total_ms > 0
     assert len(namespace["totals"]) == len(candidates)
-    assert [p.total_ms for p in namespace["preds"]] == namespace["totals"]
-    assert namespace["peaks"].tolist() == \
+    assert [p.total_ms for p in namespace["both"]] == namespace["totals"]
+    assert [p.peak_bytes for p in namespace["both"]] == \
         latpred.memory.memory_totals(candidates, "host/cpu/fp32/t1").tolist()
     assert namespace["kernels"] and (user_folder / "mine.tflite").is_file()
     from latpred.dataset import Dataset

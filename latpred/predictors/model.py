@@ -18,7 +18,7 @@ on FLOPs and bytes moved, trained on every measured kernel) and the prediction l
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -38,7 +38,9 @@ class Prediction:
     """A predicted end-to-end latency (milliseconds) and its per-kernel breakdown.
 
     `kernels` are the deduced kernels in execution order and `kernel_ms` their predicted
-    latencies (same order); `fallback_types` lists kernel types predicted by the fallback.
+    latencies (same order); `fallback_types` lists kernel types predicted by the fallback;
+    `peak_bytes` the model's predicted peak memory on the target, when asked for
+    (`LatencyModel.predict_many(..., memory=True)`).
     """
 
     total_ms: float
@@ -47,6 +49,7 @@ class Prediction:
     kernel_ms: np.ndarray
     fallback_types: tuple[str, ...] = ()
     name: str = ""
+    peak_bytes: int | None = None
 
     @property
     def kernel_sum_ms(self) -> float:
@@ -140,12 +143,20 @@ class LatencyModel:
                                  example_inputs=example_inputs)[0]
 
     def predict_many(self, graphs: Sequence[Graph | str | os.PathLike | Any], *,
-                     allow_fallback: bool = False, example_inputs: Any = None
-                     ) -> list[Prediction]:
+                     allow_fallback: bool = False, example_inputs: Any = None,
+                     memory: bool = False) -> list[Prediction]:
         """Predict many models with one regressor call per kernel type (modules are converted
-        with the same `example_inputs`)."""
-        return self.predict_many_batch(graphs, allow_fallback=allow_fallback,
-                                       example_inputs=example_inputs)[0]
+        with the same `example_inputs`). `memory`: each prediction also carries the model's
+        peak memory on the target (`peak_bytes`, `latpred.memory`'s total), planned in the
+        same pass from what the latency prediction built (memory-aware NAS)."""
+        if not memory:
+            return self.predict_many_batch(graphs, allow_fallback=allow_fallback,
+                                           example_inputs=example_inputs)[0]
+        from latpred.memory.fast import predict_many_with_memory
+
+        graphs = [_as_graph(g, example_inputs) for g in graphs]
+        preds, peaks = predict_many_with_memory(self, graphs, allow_fallback=allow_fallback)
+        return [replace(p, peak_bytes=b) for p, b in zip(preds, peaks.tolist())]
 
     def predict_many_batch(self, graphs: Sequence[Graph | str | os.PathLike | Any], *,
                            allow_fallback: bool = False, example_inputs: Any = None,

@@ -3,7 +3,8 @@
 running one inference under `torch.no_grad()`, as `latpred.profile.cuda.prepare` does.
 
 The requests, in order, come from `torch_plan` (load, then the forward); `cuda_alloc` replays
-them through PyTorch's caching allocator (512-byte blocks, small/large pools, splitting); the
+them through PyTorch's caching allocator (512-byte blocks, small/large pools, splitting;
+`batch_peaks`, for `memory_totals`, replays a whole batch in `compiled_cuda_alloc`); the
 process starts in the state measured on the device (`cuda_workspace.PROCESS_START`: the cuBLAS
 and cuBLASLt workspaces a first matmul leaves, 32 MiB + 1 MiB); cuDNN's convolution workspaces
 and the reductions' scratch are the sizes measured on the H100 for known shapes and learned

@@ -419,3 +419,28 @@ def test_two_files_with_one_model_id_are_refused(tmp_path):
              *_write_models(tmp_path / "b", [(8, "dw")])]
     with pytest.raises(LatpredError, match="tiny-00"):
         profile_models(paths, parse_target(TARGET), tmp_path / "ds", _measurer(), progress=False)
+
+
+def test_a_litert_gpu_target_is_refused_before_anything_is_measured(tmp_path):
+    # this machine's profiler and a Ray farm measure LiteRT on CPUs: a GPU target is one
+    # sentence up front (the farm says it before Ray starts or a dataset is opened)
+    from click.testing import CliRunner
+
+    from latpred.cli import main
+    from latpred.profile.farm import profile_on_ray
+
+    from latpred.tflite import write_tflite
+
+    b = GraphBuilder("tiny")
+    b.output(b.conv2d(b.input((1, 8, 8, 4)), 8, 3))
+    write_tflite(b.build(), tmp_path / "tiny.tflite")
+    out = tmp_path / "gpu"
+    with pytest.raises(MeasurementError, match="is a GPU target"):
+        profile_models([], parse_target("h100/gpu/fp16"), out)
+    with pytest.raises(MeasurementError, match="h100/gpu/fp16 is a GPU target"):
+        profile_on_ray([], "h100/gpu/fp16", out, address="127.0.0.1:1")
+    for extra in ([], ["--ray", "127.0.0.1:1"]):
+        result = CliRunner().invoke(main, ["profile", "--target", "h100/gpu/fp16", "--out",
+                                           str(out), *extra, str(tmp_path / "tiny.tflite")])
+        assert result.exit_code == 2 and "is a GPU target" in result.output, result.output
+    assert not out.exists()

@@ -131,6 +131,10 @@ def profile_on_ray(paths: Sequence[str | os.PathLike], target, out: str | os.Pat
     from latpred.target import parse_target
 
     started, target = time.perf_counter(), parse_target(target)
+    if target.runtime == "litert" and target.processor != "cpu":
+        # said here, before a dataset is opened, not by each worker's `profile_models`
+        raise MeasurementError(f"A Ray farm measures LiteRT on its nodes' CPUs (or phones over "
+                               f"adb); {target} is a GPU target.")
     entries = load_entries(paths)
     ray, connected = connect(address)
     try:

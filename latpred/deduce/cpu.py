@@ -161,7 +161,7 @@ _TENSOR_DEPENDENT = TENSOR_DEPENDENT | {"DEPTHWISE_CONV_2D"}
 
 
 def _cpu_type(graph: Graph, op, rules: CpuRuleSet) -> str:
-    if op.type in _CONVOLUTIONS and (len(op.inputs) < 3 or op.inputs[2] < 0):
+    if lacks_bias(op):
         raise UnsupportedModelError(no_bias_refusal(graph, op))
     ktype = kernel_type(graph, op)
     if ktype == "grouped_conv2d" and rules.channelwise_as_depthwise and \
@@ -176,6 +176,12 @@ def _cpu_type(graph: Graph, op, rules: CpuRuleSet) -> str:
 _CONVOLUTIONS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D"})
 
 
+def lacks_bias(op) -> bool:
+    """A convolution whose bias input is absent (two inputs) or optional (-1): LiteRT does not
+    run it (`no_bias_refusal`)."""
+    return op.type in _CONVOLUTIONS and (len(op.inputs) < 3 or op.inputs[2] < 0)
+
+
 def no_bias_refusal(graph: Graph, op) -> str:
     """Why LiteRT does not run (or latpred cannot predict) a convolution without a bias.
 
@@ -186,8 +192,9 @@ def no_bias_refusal(graph: Graph, op) -> str:
     (tflite/kernels/conv.cc: TF_LITE_ENSURE(context, has_bias)) and an absent third input of a
     DEPTHWISE_CONV_2D (depthwise_conv.cc reads input 2 when there are three). LiteRT's GPU
     accelerator failed to compile every bias-less CONV_2D probe (four 1x1 convolutions whose
-    bias input is -1, in fp16 and fp32: the smallnb_* rows of datasets/h100-gpu-memory). A DEPTHWISE_CONV_2D with two inputs does run, on the builtin kernel, which latpred
-    has not measured."""
+    bias input is -1, in fp16 and fp32: the smallnb_* rows of datasets/h100-gpu-memory). A
+    DEPTHWISE_CONV_2D with two inputs does run, on the builtin kernel, which latpred has not
+    measured."""
     i = graph.ops.index(op)
     name = graph.tensors[op.outputs[0]].name if op.outputs else ""
     fix = "TFLiteConverter writes a zero bias instead: re-export the model, or add one"

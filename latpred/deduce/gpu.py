@@ -28,7 +28,7 @@ from itertools import repeat
 from operator import attrgetter, is_
 
 from latpred.deduce import conv_selection as cs
-from latpred.deduce.cpu import cpu_kernel, no_bias_refusal
+from latpred.deduce.cpu import cpu_kernel, lacks_bias, no_bias_refusal
 from latpred.deduce.fusion import GpuNode, merge_elementwise_nodes, merge_nodes
 from latpred.deduce.gpu_plans import OpEntry, OpPlan, Plans, plans_for
 from latpred.deduce.kernel import Kernel
@@ -123,8 +123,7 @@ def _check_biases(graph: Graph) -> None:
     4 bias-less CONV_2D probes, datasets/h100-gpu-memory), nor does its CPU
     (`cpu.no_bias_refusal`)."""
     for op in graph.ops:
-        if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D") and \
-                (len(op.inputs) < 3 or op.inputs[2] < 0):
+        if lacks_bias(op):
             raise DelegateRefusedError(no_bias_refusal(graph, op))
 
 

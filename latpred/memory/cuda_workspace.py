@@ -24,7 +24,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from functools import cache, lru_cache
+from functools import cache
 from importlib.resources import files
 
 from latpred.graph import Graph, Op
@@ -112,7 +112,7 @@ def conv_workspace(graph: Graph, op: Op, elem: int) -> int:
         key = conv_key(graph, op, elem)
         ws = measured().get(key)
         if ws is None:
-            ws = _shipped_estimate(key)
+            ws = estimate(key)      # a LightGBM call, ~0.1 ms: once per configuration here
         if len(_WORKSPACES) >= 1 << 16:
             _WORKSPACES.clear()
         _WORKSPACES[seen] = ws
@@ -122,13 +122,6 @@ def conv_workspace(graph: Graph, op: Op, elem: int) -> int:
 # conv_workspace per (type, input and filter shapes, attributes, element bytes): a NAS batch
 # meets the same convolutions many times, and the key cuDNN sees costs ~10 us to build
 _WORKSPACES: dict[tuple, int] = {}
-
-
-@lru_cache(maxsize=1 << 16)
-def _shipped_estimate(key: tuple) -> int:
-    """`estimate(key)` with the shipped booster, once per configuration (a LightGBM call
-    costs ~0.1 ms; a NAS batch meets the same configurations many times)."""
-    return estimate(key)
 
 
 def mean_scratch(graph: Graph, op: Op, elem: int) -> tuple[int, ...]:

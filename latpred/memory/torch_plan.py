@@ -155,7 +155,7 @@ def forward_events(graph: Graph, elem: int, workspace: WorkspaceFn, scratch: Scr
         ev.append(_new(Event, ("free", s, 0, op, what)))
 
     def nbytes(tid):
-        return prod(t[tid].shape) * elem
+        return _numel(t[tid].shape) * elem
 
     for k, op in enumerate(graph.ops):
         outs = op.outputs

@@ -12,7 +12,9 @@ shape is only known at run time), is not checked: `infer_shapes` returns None fo
 
 from __future__ import annotations
 
+import math
 import operator
+from functools import lru_cache
 from numbers import Integral
 from typing import Callable, Mapping, Sequence
 
@@ -58,6 +60,31 @@ def same_padding(size: int, filt: int, stride: int, dilation: int) -> tuple[int,
     out = (size + stride - 1) // stride
     total = max((out - 1) * stride + effective - size, 0)
     return total // 2, total - total // 2
+
+
+
+@lru_cache(maxsize=1 << 14)
+def window_padding(size_hw, kernel_hw, stride_hw, dilation_hw, padding: str):
+    """How PyTorch pads a window op that TFLite pads `padding` ("SAME" or "VALID"): (symmetric
+    (ph, pw), with None where no symmetric padding keeps TFLite's output size, and the exact
+    F.pad tuple (left, right, top, bottom) or None), pairs as tuples; cached: the CUDA memory
+    planner asks for every window op of every candidate."""
+    if padding == "VALID":
+        return (0, 0), None
+    sym, pads = [], []
+    for size, k, s, d in zip(size_hw, kernel_hw, stride_hw, dilation_hw):
+        before, after = same_padding(size, k, s, d)
+        pads.append((before, after))
+        p = math.ceil((before + after) / 2)
+        # symmetric ceil padding keeps TFLite's output size unless stride 1 and an odd total
+        if out_size(size, k, s, d, "SAME") != (size + 2 * p - ((k - 1) * d + 1)) // s + 1:
+            p = None
+        sym.append(p)
+    exact = None
+    if any(b != a for b, a in pads) or None in sym:
+        (t, b), (l, r) = pads
+        exact = (l, r, t, b)
+    return tuple(sym), exact
 
 
 def _rank(t: Tensor, rank: int, what: str) -> None:

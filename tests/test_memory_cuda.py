@@ -280,3 +280,45 @@ def test_compiled_allocator_peaks_equal_the_python_allocators():
         g_reset.append(reset)
         g_ptr.append(len(codes))
     assert batch_peaks(codes, sids, g_ptr, g_reset).tolist() == expected
+
+
+def _transposed(perm) -> "Graph":
+    b = GraphBuilder("transposed")
+    x = b.input((1, 6, 6, 8))
+    y = b.conv2d(b.transpose(x, perm), 8, 3)
+    b.output(y)
+    return b.build()
+
+
+def test_request_templates_give_each_graph_its_own_peak():
+    """`memory_totals` on CUDA looks each op's requests up by configuration
+    (`cuda_requests`): across graphs, calls (the second finds every op known), precisions,
+    batch 32 and with the latency pass's interned tensors, each peak stays `simulate`'s.
+    Two TRANSPOSEs alike in shapes but for the permutation (a tensor's value) are told apart:
+    one is a view (nothing allocated), the other a copy."""
+    from latpred import zoo
+    from latpred.memory.cuda import batch_peaks
+    from latpred.predictors.batch import featurize
+    from latpred.sampler import sample
+
+    root = Path(__file__).resolve().parents[1] / "search_space"
+    graphs = [build_graph(a) for space in ("synthetic_cnn", "mnasnet_residual", "regnet_cnn")
+              for a in sample(root / f"{space}.yaml", 8, 3)]
+    graphs += [zoo.build(n) for n in ("shufflenet_v2_0.5", "mobilenet_v3_small", "squeezenet1_1")]
+    graphs += [_transposed((0, 1, 2, 3)), _transposed((0, 2, 1, 3))]
+    for precision, batch in (("fp16", 1), ("fp32", 1), ("fp16", 32)):
+        want = [simulate(g, precision, batch)["peak"] for g in graphs]
+        assert batch_peaks(graphs, precision, batch).tolist() == want
+        assert batch_peaks(graphs, precision, batch).tolist() == want     # all known now
+    assert want[-1] != want[-2]
+    target = parse_target("h100/cuda/fp16")
+    kernels = [latpred_deduce(g, target) for g in graphs]
+    fb = featurize(graphs, kernels, target, lambda t: (t, ("flops",)))
+    want = [simulate(g, "fp16")["peak"] for g in graphs]
+    assert batch_peaks(graphs, "fp16", 1, tensors=fb).tolist() == want
+
+
+def latpred_deduce(graph, target):
+    from latpred.deduce import deduce
+
+    return tuple(deduce(graph, target))

@@ -17,8 +17,8 @@ from numba import njit
 from latpred.memory.cuda_alloc import (K_LARGE_BUFFER, K_MIN_BLOCK, K_MIN_LARGE_ALLOC,
                                        K_ROUND_LARGE, K_SMALL_BUFFER, K_SMALL_SIZE)
 from latpred.memory.cuda_workspace import PROCESS_START
+from latpred.memory.torch_plan import FREE    # an event's code: a free; else the bytes requested
 
-FREE = -1                       # an event's code: a free; otherwise the bytes requested
 _START = [(small, ((1 << 50) if small else 0), blocks) for small, blocks in PROCESS_START]
 START_SIZE = np.array([s for _, _, bl in _START for s, _ in bl], np.int64)
 START_USED = np.array([u for _, _, bl in _START for _, u in bl], np.bool_)
@@ -164,9 +164,9 @@ def peaks(codes, sids, g_ptr, g_reset, start_size, start_used, start_small, star
     return out
 
 
-def batch_peaks(codes: list[int], sids: list[int], g_ptr: list[int], g_reset: list[int]
-                ) -> np.ndarray:
-    """Per graph, the peak after its load (events from the process start's state)."""
-    return peaks(np.array(codes, np.int64), np.array(sids, np.int64),
-                 np.array(g_ptr, np.int64), np.array(g_reset, np.int64), START_SIZE,
+def batch_peaks(codes, sids, g_ptr, g_reset) -> np.ndarray:
+    """Per graph, the peak after its load (events from the process start's state); lists or
+    int64 arrays."""
+    return peaks(np.asarray(codes, np.int64), np.asarray(sids, np.int64),
+                 np.asarray(g_ptr, np.int64), np.asarray(g_reset, np.int64), START_SIZE,
                  START_USED, START_SMALL, START_ADDR, START_SEGMENT)

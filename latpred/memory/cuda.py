@@ -19,8 +19,6 @@ predicted max_memory_allocated, `reserved` the predicted max_memory_reserved.
 
 from __future__ import annotations
 
-from itertools import chain
-
 import numpy as np
 
 from latpred.graph import Graph
@@ -110,28 +108,16 @@ def simulate(graph: Graph, precision: str, batch: int = 1, workspace=None, scrat
             "per_op": per_op, "out_bytes": out_bytes}
 
 
-def batch_peaks(graphs, precision: str, batch: int = 1) -> np.ndarray:
+def batch_peaks(graphs, precision: str, batch: int = 1, tensors=None) -> np.ndarray:
     """`simulate(graph, precision, batch)["peak"]` of each graph, without the per-kind and
-    per-op figures (`memory_totals`): the same requests, replayed for the whole batch by the
-    compiled allocator (`compiled_cuda_alloc`)."""
-    from latpred.memory import cuda_workspace
-    from latpred.memory.compiled_cuda_alloc import FREE, batch_peaks as replay
-    from latpred.pytorch.batch import with_batch
+    per-op figures (`memory_totals`): the same requests (`cuda_requests`, each op's worked
+    out once per configuration), replayed for the whole batch by the compiled allocator
+    (`compiled_cuda_alloc`). `tensors`: the latency pass's `predictors.batch.FeatureBatch` of
+    these graphs, whose interned tensors spare describing them again."""
+    from latpred.memory.compiled_cuda_alloc import batch_peaks as replay
+    from latpred.memory.cuda_requests import batch_requests
 
-    elem = _ELEM[precision]
-    ws, sc = cuda_workspace.conv_workspace, cuda_workspace.mean_scratch
-    codes: list[int] = []
-    sids: list[int] = []
-    g_ptr, g_reset = [0], []
-    for graph in graphs:
-        g = with_batch(graph, batch)
-        load = load_events(g, elem)
-        g_reset.append(len(load))               # the peak is reset after the load
-        for e in chain(load, forward_events(g, elem, ws, sc, len(load), returns=False)):
-            codes.append(e.nbytes if e.action == "alloc" else FREE)
-            sids.append(e.storage)
-        g_ptr.append(len(codes))
-    return replay(codes, sids, g_ptr, g_reset)
+    return replay(*batch_requests(graphs, _ELEM[precision], batch, tensors))
 
 
 def predict_cuda(graph: Graph, target) -> MemoryPrediction:

@@ -29,6 +29,7 @@ from importlib.resources import files
 
 from latpred.graph import Graph, Op
 from latpred.memory.cuda_alloc import CachingAllocator
+from latpred.shapes import pair, window_padding
 
 # Measured on the H100 (torch 2.11.0+cu130): segments after the warm-up, in address order
 # of the device (the small segment sat above the large one).
@@ -48,9 +49,6 @@ def process_start() -> CachingAllocator:
 def conv_key(graph: Graph, op: Op, elem: int) -> tuple:
     """The configuration cuDNN sees: precision, input NCHW, output channels, window, stride,
     dilation, groups, symmetric padding."""
-    from latpred.pytorch.ops import window_padding
-    from latpred.shapes import pair
-
     n, h, w, c = graph.tensors[op.inputs[0]].shape
     wt = graph.tensors[op.inputs[1]].shape
     if op.type == "DEPTHWISE_CONV_2D":

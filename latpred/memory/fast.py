@@ -98,6 +98,12 @@ def _with_memory(model: Any, graphs: Sequence[Graph], kernels: str, allow_fallba
         # latency batch holds (flat_int8)
         return preds, xnnpack_totals(graphs, deduced, batch, wiring,
                                      int8=t.precision == "int8")
+    if t.processor == "cuda":
+        from latpred.memory.cuda import batch_peaks
+
+        # the latency batch's interned tensors key each op's requests (`batch_peaks`)
+        preds, graphs, _, batch = batched(graphs, allow_fallback=allow_fallback)
+        return preds, batch_peaks(graphs, t.precision, t.batch, tensors=batch)
     if t.processor != "cpu" or t.precision == "int8":
         preds, graphs = batched(graphs, allow_fallback=allow_fallback)[:2]
         return preds, memory_totals(graphs, model.target, kernels)

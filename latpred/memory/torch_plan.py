@@ -4,7 +4,10 @@ does) and one forward under `torch.no_grad()`.
 
 `load_events(graph, elem)` and `forward_events(graph, elem, workspace)` return `Event`s:
 ("alloc", storage id, bytes requested, op index) and ("free", storage id, 0, op index). Op
-index -1 is the load, len(graph.ops) the end of the forward. Where each rule comes from:
+index -1 is the load, len(graph.ops) the end of the forward. They are made op by op:
+`load_requests(graph, op, elem)` and `forward_requests(...)` give one op's share (an
+`OpRequests`), which `memory_totals` also keeps per op configuration (`cuda_requests`).
+Where each rule comes from:
 
 Load (torch/nn/modules/module.py `Module._apply`: children first, then each module's
 parameters, then its buffers, in registration order; `latpred/pytorch/module.py` registers a
@@ -42,6 +45,7 @@ from math import prod
 from typing import Callable, NamedTuple
 
 from latpred.graph import Graph, Op
+from latpred.shapes import pair, window_padding
 
 _VIEWS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 _OWN_SETUP = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D",
@@ -88,133 +92,161 @@ def _channels_last_weight_needs_temp(shape) -> bool:
     return not is_contiguous((o, i, kh, kw), (i * kh * kw, 1, kw * i, i))
 
 
+FREE = -1      # a request's size for a free (the compiled allocator's code for one too)
+
+
+class OpRequests:
+    """One op's requests, in order: (bytes, ref, kind) allocates, `ref` its index among the
+    op's own allocations; (FREE, ref, kind) frees the op's allocation `ref`. `outs`: where each
+    output lives: one of the op's allocations (>= 0) or a view of an input (-1 - j: of
+    op.inputs[j])."""
+
+    __slots__ = ("reqs", "n", "outs")
+
+    def __init__(self):
+        self.reqs: list[tuple[int, int, str]] = []
+        self.n = 0
+        self.outs: list[int] = []
+
+    def alloc(self, nbytes: int, what: str) -> int:
+        self.reqs.append((int(nbytes), self.n, what))
+        self.n += 1
+        return self.n - 1
+
+    def free(self, ref: int, what: str) -> None:
+        self.reqs.append((FREE, ref, what))
+
+
+def load_requests(graph: Graph, op: Op, elem: int) -> OpRequests:
+    """The op's share of `load_events`: its module's parameters and buffers."""
+    t = graph.tensors
+    r = OpRequests()
+    if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        w = t[op.inputs[1]].shape
+        if op.type == "DEPTHWISE_CONV_2D":
+            torch_w = (w[3], 1, w[1], w[2])
+        else:
+            torch_w = (w[0], w[3], w[1], w[2])
+        r.alloc(_numel(w) * elem, "weight")
+        # the module is built in float32 on the CPU: another precision is a converting copy
+        if elem != 4 and _channels_last_weight_needs_temp(torch_w):
+            r.free(r.alloc(_numel(w) * elem, "temp"), "temp")
+        if len(op.inputs) > 2 and op.inputs[2] >= 0:
+            r.alloc(_numel(t[op.inputs[2]].shape) * elem, "weight")
+    elif op.type == "FULLY_CONNECTED":
+        r.alloc(_numel(t[op.inputs[1]].shape) * elem, "weight")
+        if len(op.inputs) > 2 and op.inputs[2] >= 0:
+            r.alloc(_numel(t[op.inputs[2]].shape) * elem, "weight")
+    elif op.type not in _OWN_SETUP:     # _setup_generic: constant operands as buffers
+        for i in op.inputs:
+            if i >= 0 and t[i].is_constant:
+                r.alloc(_numel(t[i].shape) * elem, "weight")
+    return r
+
+
 def load_events(graph: Graph, elem: int) -> list[Event]:
     """Weights (module order), then the inputs; `elem`: bytes per element (2 or 4)."""
     ev: list[Event] = []
     sid = 0
-    convert = elem != 4          # the module is built in float32 on the CPU
-
-    def alloc(nbytes, what):
-        nonlocal sid
-        ev.append(_new(Event, ("alloc", sid, nbytes, -1, what)))
-        sid += 1
-        return sid - 1
-
     for op in graph.ops:
-        t = graph.tensors
-        if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-            w = t[op.inputs[1]].shape
-            if op.type == "DEPTHWISE_CONV_2D":
-                torch_w = (w[3], 1, w[1], w[2])
-            else:
-                torch_w = (w[0], w[3], w[1], w[2])
-            alloc(_numel(w) * elem, "weight")
-            if convert and _channels_last_weight_needs_temp(torch_w):
-                tmp = alloc(_numel(w) * elem, "temp")
-                ev.append(_new(Event, ("free", tmp, 0, -1, "temp")))
-            if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                alloc(_numel(t[op.inputs[2]].shape) * elem, "weight")
-        elif op.type == "FULLY_CONNECTED":
-            alloc(_numel(t[op.inputs[1]].shape) * elem, "weight")
-            if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                alloc(_numel(t[op.inputs[2]].shape) * elem, "weight")
-        elif op.type not in _OWN_SETUP:     # _setup_generic: constant operands as buffers
-            for i in op.inputs:
-                if i >= 0 and t[i].is_constant:
-                    alloc(_numel(t[i].shape) * elem, "weight")
+        sid = _expand(load_requests(graph, op, elem), sid, -1, ev)
     for i in graph.inputs:
-        alloc(_numel(graph.tensors[i].shape) * elem, "input")
+        ev.append(_new(Event, ("alloc", sid, _numel(graph.tensors[i].shape) * elem, -1,
+                               "input")))
+        sid += 1
     return ev
+
+
+def _expand(r: OpRequests, first: int, op: int, ev: list[Event]) -> int:
+    """Append one op's requests to `ev` as Events, its allocations numbered from `first`;
+    returns the next free storage id."""
+    for size, ref, what in r.reqs:
+        if size == FREE:
+            ev.append(_new(Event, ("free", first + ref, 0, op, what)))
+        else:
+            ev.append(_new(Event, ("alloc", first + ref, size, op, what)))
+    return first + r.n
 
 
 WorkspaceFn = Callable[[Graph, Op, int], int]
 ScratchFn = Callable[[Graph, Op, int], "tuple[int, ...]"]
 
 
+def forward_requests(graph: Graph, op: Op, elem: int, workspace: WorkspaceFn,
+                     scratch: ScratchFn) -> OpRequests:
+    """What one op of the forward allocates and frees, and where its outputs live."""
+    t = graph.tensors
+    outs = op.outputs
+    ty = op.type
+    r = OpRequests()
+    temps: list[int] = []
+    if ty in ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D"):
+        x = t[op.inputs[0]].shape
+        if ty in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            w = t[op.inputs[1]].shape
+            khw = (w[1], w[2])
+        else:
+            khw = pair(op.attr("filter", 1), "pool filter")
+        sym, asym = window_padding(x[1:3], khw, pair(op.attr("stride", 1), "stride"),
+                                   pair(op.attr("dilation", 1), "dilation"),
+                                   op.attr("padding", "VALID"))
+        if asym is not None and None in sym:
+            l, rr, tp, b = asym
+            temps.append(r.alloc((x[0] * (x[1] + tp + b) * (x[2] + l + rr) * x[3]) * elem,
+                                 "temp"))
+        r.outs.append(r.alloc(_numel(t[outs[0]].shape) * elem, "output"))
+        if ty == "MAX_POOL_2D":
+            temps.append(r.alloc(_numel(t[outs[0]].shape) * 8, "temp"))
+        elif ty in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            ws = workspace(graph, op, elem)
+            if ws > 0:
+                r.free(r.alloc(ws, "workspace"), "workspace")
+    elif ty in _VIEWS:
+        r.outs.append(-1)
+    elif ty in ("SPLIT", "SPLIT_V"):
+        src = 1 if ty == "SPLIT" else 0
+        strides = _contig_strides(t[op.inputs[src]].shape)
+        for o in outs:
+            r.outs.append(-1 - src if is_contiguous(t[o].shape, strides)
+                          else r.alloc(_numel(t[o].shape) * elem, "output"))
+    elif ty == "STRIDED_SLICE":
+        r.outs.append(-1 if _slice_contiguous(graph, op) else r.alloc(_numel(t[outs[0]].shape) * elem, "output"))
+    elif ty == "TRANSPOSE":
+        shape = t[op.inputs[0]].shape
+        perm = tuple(int(v) for v in t[op.inputs[1]].value)
+        strides = _contig_strides(shape)
+        r.outs.append(-1 if is_contiguous([shape[p] for p in perm], [strides[p] for p in perm])
+                      else r.alloc(_numel(t[outs[0]].shape) * elem, "output"))
+    else:
+        if ty == "SQUARED_DIFFERENCE" or (ty == "SOFTMAX" and
+                                          float(op.attr("beta", 1.0)) != 1.0):
+            first = next(i for i in op.inputs if i >= 0)
+            temps.append(r.alloc(_numel(t[first].shape) * elem, "temp"))
+        for o in outs:
+            r.outs.append(r.alloc(_numel(t[o].shape) * elem, "output"))
+        if ty == "MEAN":    # buffer then semaphores, both held through the launch
+            held = [r.alloc(s, "scratch") for s in scratch(graph, op, elem)]
+            for s in reversed(held):
+                r.free(s, "scratch")
+    for s in temps:
+        r.free(s, "temp")
+    return r
+
+
 def forward_events(graph: Graph, elem: int, workspace: WorkspaceFn, scratch: ScratchFn,
                    first_storage: int, returns: bool = True) -> list[Event]:
     """One forward: the events per op, then (`returns`) the frees when it returns (outputs
     kept; they cannot raise the peak, so `memory_totals` leaves them out)."""
-    from latpred.pytorch.ops import window_padding
-    from latpred.shapes import pair
-
     ev: list[Event] = []
-    t = graph.tensors
     sid = first_storage
     storage: dict[int, int] = {}
     for k, i in enumerate(graph.inputs):
         storage[i] = -1 - k                       # the inputs: held by the caller
-
-    def alloc(nbytes, op, what):
-        nonlocal sid
-        ev.append(_new(Event, ("alloc", sid, int(nbytes), op, what)))
-        sid += 1
-        return sid - 1
-
-    def free(s, op, what):
-        ev.append(_new(Event, ("free", s, 0, op, what)))
-
-    def nbytes(tid):
-        return _numel(t[tid].shape) * elem
-
     for k, op in enumerate(graph.ops):
-        outs = op.outputs
-        ty = op.type
-        temps: list[int] = []
-        if ty in ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D"):
-            x = t[op.inputs[0]].shape
-            if ty in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-                w = t[op.inputs[1]].shape
-                khw = (w[1], w[2])
-            else:
-                khw = pair(op.attr("filter", 1), "pool filter")
-            sym, asym = window_padding(x[1:3], khw, pair(op.attr("stride", 1), "stride"),
-                                       pair(op.attr("dilation", 1), "dilation"),
-                                       op.attr("padding", "VALID"))
-            if asym is not None and None in sym:
-                l, r, tp, b = asym
-                temps.append(alloc((x[0] * (x[1] + tp + b) * (x[2] + l + r) * x[3]) * elem,
-                                   k, "temp"))
-            storage[outs[0]] = alloc(nbytes(outs[0]), k, "output")
-            if ty == "MAX_POOL_2D":
-                temps.append(alloc(_numel(t[outs[0]].shape) * 8, k, "temp"))
-            elif ty in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-                ws = workspace(graph, op, elem)
-                if ws > 0:
-                    free(alloc(ws, k, "workspace"), k, "workspace")
-        elif ty in _VIEWS:
-            storage[outs[0]] = storage[op.inputs[0]]
-        elif ty in ("SPLIT", "SPLIT_V"):
-            src = op.inputs[1] if ty == "SPLIT" else op.inputs[0]
-            strides = _contig_strides(t[src].shape)
-            for o in outs:
-                if is_contiguous(t[o].shape, strides):
-                    storage[o] = storage[src]
-                else:
-                    storage[o] = alloc(nbytes(o), k, "output")
-        elif ty == "STRIDED_SLICE":
-            storage[outs[0]] = alloc(nbytes(outs[0]), k, "output") \
-                if not _slice_contiguous(graph, op) else storage[op.inputs[0]]
-        elif ty == "TRANSPOSE":
-            shape = t[op.inputs[0]].shape
-            perm = tuple(int(v) for v in t[op.inputs[1]].value)
-            strides = _contig_strides(shape)
-            if is_contiguous([shape[p] for p in perm], [strides[p] for p in perm]):
-                storage[outs[0]] = storage[op.inputs[0]]
-            else:
-                storage[outs[0]] = alloc(nbytes(outs[0]), k, "output")
-        else:
-            if ty == "SQUARED_DIFFERENCE" or (ty == "SOFTMAX" and
-                                              float(op.attr("beta", 1.0)) != 1.0):
-                temps.append(alloc(nbytes(next(i for i in op.inputs if i >= 0)), k, "temp"))
-            for o in outs:
-                storage[o] = alloc(nbytes(o), k, "output")
-            if ty == "MEAN":    # buffer then semaphores, both held through the launch
-                held = [alloc(s, k, "scratch") for s in scratch(graph, op, elem)]
-                for s in reversed(held):
-                    free(s, k, "scratch")
-        for s in temps:
-            free(s, k, "temp")
+        r = forward_requests(graph, op, elem, workspace, scratch)
+        for o, where in zip(op.outputs, r.outs):
+            storage[o] = sid + where if where >= 0 else storage[op.inputs[-1 - where]]
+        sid = _expand(r, sid, k, ev)
     if not returns:
         return ev
     end = len(graph.ops)
@@ -224,7 +256,7 @@ def forward_events(graph: Graph, elem: int, workspace: WorkspaceFn, scratch: Scr
         if s < 0 or s in kept or s in seen:
             continue
         seen.add(s)
-        free(s, end, "output")
+        ev.append(_new(Event, ("free", s, 0, end, "output")))
     return ev
 
 

@@ -21,7 +21,8 @@ from torch import nn
 from latpred.errors import LatpredError
 from latpred.graph import Graph, Op
 from latpred.pytorch.batch import with_batch
-from latpred.pytorch.ops import OPS, window_padding
+from latpred.pytorch.ops import OPS
+from latpred.shapes import window_padding
 from latpred.shapes import pair
 
 RANGE_PREFIX = "latpred_op"

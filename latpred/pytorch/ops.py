@@ -22,13 +22,12 @@ act on the NHWC view. Each op is what a PyTorch model would launch for the layer
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from latpred.shapes import out_size, same_padding
+from latpred.shapes import window_padding
 
 OpFn = Callable[["object", list[torch.Tensor]], list[torch.Tensor]]
 
@@ -54,28 +53,6 @@ def activation(y: torch.Tensor, act: str, inplace: bool = True) -> torch.Tensor:
     if act == "TANH":
         return y.tanh_() if inplace else torch.tanh(y)
     raise NotImplementedError(f"fused activation {act}")
-
-
-@lru_cache(maxsize=1 << 14)
-def window_padding(size_hw, kernel_hw, stride_hw, dilation_hw, padding: str):
-    """(symmetric (ph, pw), asymmetric F.pad tuple or None) for a window op in NCHW (pairs as
-    tuples; cached: the memory planner asks for every window op of every candidate)."""
-    if padding == "VALID":
-        return (0, 0), None
-    sym, pads = [], []
-    for size, k, s, d in zip(size_hw, kernel_hw, stride_hw, dilation_hw):
-        before, after = same_padding(size, k, s, d)
-        pads.append((before, after))
-        p = math.ceil((before + after) / 2)
-        # symmetric ceil padding keeps TFLite's output size unless stride 1 and an odd total
-        if out_size(size, k, s, d, "SAME") != (size + 2 * p - ((k - 1) * d + 1)) // s + 1:
-            p = None
-        sym.append(p)
-    exact = None
-    if any(b != a for b, a in pads) or None in sym:
-        (t, b), (l, r) = pads
-        exact = (l, r, t, b)
-    return tuple(sym), exact
 
 
 def _window_input(layer, x: torch.Tensor, pad_value: float = 0.0):

@@ -1,0 +1,147 @@
+"""The CUDA requests of many graphs at once, for `cuda.batch_peaks` (`memory_totals` and
+memory-aware NAS on CUDA targets).
+
+A NAS batch meets the same op configurations again and again, so each op's share of the
+requests (`torch_plan.load_requests` and `forward_requests`: the sizes it allocates, what it
+frees) is worked out once per configuration and kept as a template: the op's type, attributes
+and tensors (shape, dtype, constness, kept value, quantized or not: all the rules read) name
+it. Per graph, Python only looks the templates up; a compiled loop lays them out in
+`simulate`'s order (every op's load, the inputs, every op's forward) with storage ids, for the
+compiled allocator. The latency pass's interned tensors (`predictors.batch.FeatureBatch`),
+where given, spare describing each tensor again.
+"""
+
+from __future__ import annotations
+
+import threading
+from math import prod
+
+import numpy as np
+from numba import njit
+
+from latpred.graph import Graph
+from latpred.memory import cuda_workspace
+from latpred.memory.torch_plan import forward_requests, load_requests
+
+_CAP = 1 << 17                   # templates (and tensor descriptions) kept; then cleared
+
+
+class _Templates:
+    """Templates of one element size: flat request sizes and refs, and per template
+    (start, end of its load part = start of its forward part, end, load allocations, forward
+    allocations)."""
+
+    def __init__(self):
+        self.index: dict[tuple, int] = {}
+        self.sizes = np.zeros(1 << 12, np.int64)
+        self.refs = np.zeros(1 << 12, np.int64)
+        self.meta = np.zeros((1 << 10, 5), np.int64)
+        self.n_entries = 0
+
+    def add(self, key: tuple, graph: Graph, op, elem: int) -> int:
+        load = load_requests(graph, op, elem)
+        fwd = forward_requests(graph, op, elem, cuda_workspace.conv_workspace,
+                               cuda_workspace.mean_scratch)
+        reqs = load.reqs + fwd.reqs
+        t, e = len(self.index), self.n_entries
+        if e + len(reqs) > len(self.sizes):
+            self.sizes = np.resize(self.sizes, 2 * (e + len(reqs)))
+            self.refs = np.resize(self.refs, 2 * (e + len(reqs)))
+        if t >= len(self.meta):
+            self.meta = np.resize(self.meta, (2 * len(self.meta), 5))
+        for j, (size, ref, _) in enumerate(reqs):
+            self.sizes[e + j], self.refs[e + j] = size, ref
+        self.meta[t] = (e, e + len(load.reqs), e + len(reqs), load.n, fwd.n)
+        self.n_entries = e + len(reqs)
+        self.index[key] = t
+        return t
+
+
+_TEMPLATES: dict[int, _Templates] = {}
+_TENSORS: dict[tuple, int] = {}      # a tensor's description -> an id kept across calls
+_LOCK = threading.Lock()
+
+
+def batch_requests(graphs, elem: int, batch: int, tensors=None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sizes or FREE, storage ids, each graph's first request, each graph's load length) of
+    `graphs` at `batch` in `elem`-byte elements; `tensors`: the graphs' FeatureBatch."""
+    from latpred.pytorch.batch import with_batch
+
+    with _LOCK:
+        if len(_TENSORS) > _CAP or sum(len(s.index) for s in _TEMPLATES.values()) > _CAP:
+            _TENSORS.clear()          # template keys name tensors by these ids: both go
+            _TEMPLATES.clear()
+        store = _TEMPLATES.setdefault(elem, _Templates())
+        shared = None if tensors is None else _tensor_ids(tensors.tensor_keys)
+        tpl_ids: list[int] = []
+        op_ptr = [0]
+        in_sizes: list[int] = []
+        in_ptr = [0]
+        for k, graph in enumerate(graphs):
+            g = with_batch(graph, batch)
+            if shared is not None and g is graph:
+                ids = [shared[i] for i in tensors.tensor_ids[k]]   # [-1]: -1, index -1's
+            else:
+                ids = _tensor_ids([(t.shape, t.dtype, t.is_constant, t.value,
+                                    t.quantization is not None) for t in g.tensors])
+            _op_templates(g, elem, ids.__getitem__, store, tpl_ids)
+            op_ptr.append(len(tpl_ids))
+            in_sizes += [prod(g.tensors[i].shape) * elem for i in g.inputs]
+            in_ptr.append(len(in_sizes))
+        return _lay_out(np.array(tpl_ids, np.int64), np.array(op_ptr, np.int64),
+                        np.array(in_sizes, np.int64), np.array(in_ptr, np.int64),
+                        store.sizes, store.refs, store.meta)
+
+
+def _tensor_ids(descriptions) -> list[int]:
+    """Ids kept across calls for tensor descriptions (shape, dtype, constness, value,
+    quantized), then -1 (what index -1, an absent optional input, maps to)."""
+    put = _TENSORS.setdefault
+    return [put(d, len(_TENSORS)) for d in descriptions] + [-1]
+
+
+def _op_templates(g: Graph, elem: int, id_of, store: _Templates, out: list[int]) -> None:
+    """Append the template of each of the graph's ops to `out`, made where it is new."""
+    find = store.index.get
+    for op in g.ops:
+        key = (op.type, op.attrs, *map(id_of, op.inputs), -2, *map(id_of, op.outputs))
+        t = find(key)
+        out.append(store.add(key, g, op, elem) if t is None else t)
+
+
+@njit(cache=True)
+def _lay_out(tpl_ids, op_ptr, in_sizes, in_ptr, t_sizes, t_refs, meta):
+    """Each graph's requests in `simulate`'s order, its allocations numbered from 0: every
+    op's load part, the inputs, every op's forward part. Returns (sizes, storage ids, each
+    graph's first request, how many requests its load makes)."""
+    n_graphs = len(op_ptr) - 1
+    total = len(in_sizes)
+    for k in range(len(tpl_ids)):
+        total += meta[tpl_ids[k], 2] - meta[tpl_ids[k], 0]
+    sizes = np.empty(total, np.int64)
+    sids = np.empty(total, np.int64)
+    g_ptr = np.zeros(n_graphs + 1, np.int64)
+    g_reset = np.zeros(n_graphs, np.int64)
+    e = 0
+    for g in range(n_graphs):
+        base = 0
+        for k in range(op_ptr[g], op_ptr[g + 1]):
+            t = tpl_ids[k]
+            for j in range(meta[t, 0], meta[t, 1]):
+                sizes[e], sids[e] = t_sizes[j], base + t_refs[j]
+                e += 1
+            base += meta[t, 3]
+        for j in range(in_ptr[g], in_ptr[g + 1]):
+            sizes[e], sids[e] = in_sizes[j], base
+            base += 1
+            e += 1
+        g_reset[g] = e - g_ptr[g]
+        for k in range(op_ptr[g], op_ptr[g + 1]):
+            t = tpl_ids[k]
+            for j in range(meta[t, 1], meta[t, 2]):
+                sizes[e], sids[e] = t_sizes[j], base + t_refs[j]
+                e += 1
+            base += meta[t, 4]
+        g_ptr[g + 1] = e
+    return sizes, sids, g_ptr, g_reset

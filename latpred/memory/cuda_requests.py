@@ -75,6 +75,7 @@ def batch_requests(graphs, elem: int, batch: int, tensors=None
         store = _TEMPLATES.setdefault(elem, _Templates())
         shared = None if tensors is None else _tensor_ids(tensors.tensor_keys)
         tpl_ids: list[int] = []
+        new: dict[tuple, tuple] = {}    # configurations not yet known: (graph, op, positions)
         op_ptr = [0]
         in_sizes: list[int] = []
         in_ptr = [0]
@@ -85,10 +86,11 @@ def batch_requests(graphs, elem: int, batch: int, tensors=None
             else:
                 ids = _tensor_ids([(t.shape, t.dtype, t.is_constant, t.value,
                                     t.quantization is not None) for t in g.tensors])
-            _op_templates(g, elem, ids.__getitem__, store, tpl_ids)
+            _op_templates(g, ids.__getitem__, store, tpl_ids, new)
             op_ptr.append(len(tpl_ids))
             in_sizes += [prod(g.tensors[i].shape) * elem for i in g.inputs]
             in_ptr.append(len(in_sizes))
+        _add_new(new, store, elem, tpl_ids)
         return _lay_out(np.array(tpl_ids, np.int64), np.array(op_ptr, np.int64),
                         np.array(in_sizes, np.int64), np.array(in_ptr, np.int64),
                         store.sizes, store.refs, store.meta)
@@ -101,13 +103,32 @@ def _tensor_ids(descriptions) -> list[int]:
     return [put(d, len(_TENSORS)) for d in descriptions] + [-1]
 
 
-def _op_templates(g: Graph, elem: int, id_of, store: _Templates, out: list[int]) -> None:
-    """Append the template of each of the graph's ops to `out`, made where it is new."""
+def _op_templates(g: Graph, id_of, store: _Templates, out: list[int], new: dict) -> None:
+    """Append the template of each of the graph's ops to `out`; a configuration not yet
+    known gets a place-holder, its position noted in `new`."""
     find = store.index.get
     for op in g.ops:
         key = (op.type, op.attrs, *map(id_of, op.inputs), -2, *map(id_of, op.outputs))
         t = find(key)
-        out.append(store.add(key, g, op, elem) if t is None else t)
+        if t is None:
+            seen = new.get(key)
+            if seen is None:
+                seen = new[key] = (g, op, [])
+            seen[2].append(len(out))
+            t = -1
+        out.append(t)
+
+
+def _add_new(new: dict, store: _Templates, elem: int, tpl_ids: list[int]) -> None:
+    """Make the templates of the batch's new configurations, their convolutions' cuDNN
+    workspaces worked out together (one estimator call for those the table lacks)."""
+    cuda_workspace.prefetch_workspaces(
+        [(g, op) for g, op, _ in new.values() if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D")],
+        elem)
+    for key, (g, op, positions) in new.items():
+        t = store.add(key, g, op, elem)
+        for k in positions:
+            tpl_ids[k] = t
 
 
 @njit(cache=True)

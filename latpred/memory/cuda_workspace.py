@@ -27,6 +27,8 @@ import math
 from functools import cache
 from importlib.resources import files
 
+import numpy as np
+
 from latpred.graph import Graph, Op
 from latpred.memory.cuda_alloc import CachingAllocator
 from latpred.shapes import pair, window_padding
@@ -103,18 +105,40 @@ def measured() -> dict:
 
 
 def conv_workspace(graph: Graph, op: Op, elem: int) -> int:
-    t = graph.tensors
-    seen = (op.type, t[op.inputs[0]].shape, t[op.inputs[1]].shape, op.attrs, elem)
+    seen = _seen(graph, op, elem)
     ws = _WORKSPACES.get(seen)
     if ws is None:
-        key = conv_key(graph, op, elem)
-        ws = measured().get(key)
-        if ws is None:
-            ws = estimate(key)      # a LightGBM call, ~0.1 ms: once per configuration here
-        if len(_WORKSPACES) >= 1 << 16:
-            _WORKSPACES.clear()
-        _WORKSPACES[seen] = ws
+        prefetch_workspaces([(graph, op)], elem)
+        ws = _WORKSPACES[seen]
     return ws
+
+
+def prefetch_workspaces(convolutions, elem: int) -> None:
+    """Work out the workspace of each (graph, convolution op) not yet known, estimating those
+    the table lacks in one estimator call."""
+    todo: dict[tuple, tuple] = {}
+    for graph, op in convolutions:
+        seen = _seen(graph, op, elem)
+        if seen not in _WORKSPACES and seen not in todo:
+            todo[seen] = conv_key(graph, op, elem)
+    if len(_WORKSPACES) + len(todo) > 1 << 16:
+        _WORKSPACES.clear()
+    table = measured()
+    unmeasured = []
+    for seen, key in todo.items():
+        ws = table.get(key)
+        if ws is None:
+            unmeasured.append((seen, key))
+        else:
+            _WORKSPACES[seen] = ws
+    if unmeasured:
+        for (seen, _), ws in zip(unmeasured, estimates([k for _, k in unmeasured])):
+            _WORKSPACES[seen] = ws
+
+
+def _seen(graph: Graph, op: Op, elem: int) -> tuple:
+    t = graph.tensors
+    return (op.type, t[op.inputs[0]].shape, t[op.inputs[1]].shape, op.attrs, elem)
 
 
 # conv_workspace per (type, input and filter shapes, attributes, element bytes): a NAS batch
@@ -166,6 +190,13 @@ def _shipped():
 def estimate(key: tuple, booster=None) -> int:
     """The workspace of a configuration the table lacks: `booster` (default: the one
     `scripts/cuda_memory_assemble.py` fitted on every measured configuration)."""
+    return estimates([key], booster)[0]
+
+
+def estimates(keys: list[tuple], booster=None) -> list[int]:
+    """`estimate` of each key, in one call of the estimator (one call costs ~0.1 ms however
+    few rows it has: a NAS batch meets hundreds of new configurations)."""
     b = booster if booster is not None else _shipped()
-    ratio = 2.0 ** float(b.predict([features(key)])[0]) - 1.0
-    return max(0, int(round(ratio * _input_bytes(key))))
+    logs = b.predict(np.array([features(k) for k in keys], dtype=np.float64))
+    return [max(0, int(round((2.0 ** float(v) - 1.0) * _input_bytes(k))))
+            for k, v in zip(keys, logs)]

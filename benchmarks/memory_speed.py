@@ -7,7 +7,12 @@ packed weights; no per-op rows) and `predict_many_with_memory` (both), in CPU se
 case once.
 
 Run: .venv/bin/python benchmarks/memory_speed.py [--predictor DIR] [--graphs 2000]
-     [--repeats 7] [--target h100/gpu/fp16 | h100/cuda/fp16 | ...]
+     [--repeats 7] [--target h100/gpu/fp16 | h100/cuda/fp16 | ...] [--new-architectures]
+
+By default every round times the same architectures (fresh Graph objects), so what latpred
+keeps per op configuration across calls (CUDA's request templates and cuDNN workspace
+estimates) is known after the first round. `--new-architectures` draws new ones for every case
+of every round (another seed each), as a NAS loop meets them.
 Without --predictor a GBDT predictor is trained on a simulated dataset (as predict_speed.py).
 Models the target refuses (a GPU accelerator's grouped convolutions) are left out.
 Not while /tmp/CAMPAIGN_RUNNING exists.
@@ -33,18 +38,18 @@ from latpred.memory import memory_totals, predict_many_with_memory  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_predictor_arguments(ap, graphs=2000, repeats=7)
+    ap.add_argument("--new-architectures", action="store_true",
+                    help="new architectures for every case of every round")
     args = ap.parse_args()
     if Path("/tmp/CAMPAIGN_RUNNING").exists():
         sys.exit("A timing campaign is running (/tmp/CAMPAIGN_RUNNING); try later.")
-    from latpred.sampler import build_graph, sample
+    from latpred.sampler import build_graph
 
     model = predictor(args)
-    archs = [a for a in sample(ROOT / "search_space" / "synthetic_cnn.yaml", args.graphs, 1)
-             if _runs(build_graph(a), args.target)]
+    archs = _architectures(args, seed=1)
     if len(archs) < args.graphs:
         print(f"{args.graphs - len(archs)} of {args.graphs} sampled models left out: "
               f"{args.target} refuses them")
-    args.graphs = len(archs)
     warm = [build_graph(a) for a in archs[:50]]
     # a small predictor of a GPU target may lack a kernel type: the flagged fallback prices it
     # (a no-op where none is missing)
@@ -56,22 +61,35 @@ def main() -> None:
     # Interleaved rounds (each case once per round, on fresh graphs): this VM's speed drifts by
     # 5-15% within minutes, which separate blocks of repeats per case read as a difference.
     cpu: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.repeats):
-        for name, fn in cases.items():
+    count: dict[str, list[int]] = {name: [] for name in cases}
+    for r in range(args.repeats):
+        for k, (name, fn) in enumerate(cases.items()):
+            if args.new_architectures:
+                archs = _architectures(args, seed=1000 + r * len(cases) + k)
             graphs = [build_graph(a) for a in archs]
             gc.collect()
             start = time.process_time()
             fn(graphs)
             cpu[name].append(time.process_time() - start)
+            count[name].append(len(graphs))
             del graphs
     rate = {}
+    which = "new architectures each" if args.new_architectures else "the same architectures in"
     for name in cases:
-        med = statistics.median(cpu[name])
-        rate[name] = args.graphs / med
-        print(f"{name}: median {med:.2f} s CPU for {args.graphs} graphs = "
-              f"{rate[name]:,.0f} graphs/s ({args.repeats} interleaved rounds)", flush=True)
+        per_graph = statistics.median(t / n for t, n in zip(cpu[name], count[name]))
+        rate[name] = 1.0 / per_graph
+        print(f"{name}: median {1e3 * per_graph:.2f} ms CPU a graph = {rate[name]:,.0f} "
+              f"graphs/s ({args.repeats} interleaved rounds, {which} round)", flush=True)
     both, alone = rate["both (predict_many_with_memory)"], rate["latency (predict_many)"]
     print(f"with memory / latency alone: {both / alone:.0%}")
+
+
+def _architectures(args, seed: int) -> list:
+    """`args.graphs` architectures sampled with `seed`, less those the target refuses."""
+    from latpred.sampler import build_graph, sample
+
+    return [a for a in sample(ROOT / "search_space" / "synthetic_cnn.yaml", args.graphs, seed)
+            if _runs(build_graph(a), args.target)]
 
 
 def _runs(graph, target: str) -> bool:

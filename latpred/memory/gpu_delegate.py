@@ -33,7 +33,8 @@ from latpred.deduce.optypes import bhwc
 from latpred.graph import Graph
 from latpred.memory.gpu_assign import best_sizes, record_arrays
 from latpred.memory.arena import align_up
-from latpred.memory.gpu_weights import ELEMENT_BYTES, constant_bytes, kernel_weight_bytes
+from latpred.memory.gpu_weights import (CONSTANT_TYPES, ELEMENT_BYTES, KERNEL_WEIGHT_TYPES,
+                                       constant_bytes, kernel_weight_bytes)
 from latpred.memory.prediction import MemoryPrediction, OpMemory
 
 
@@ -64,9 +65,10 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
     for part_ops, part_nodes in delegated_nodes(graph, target):
         nodes = thin_pointwise(graph, part_nodes, precision)
         for n in nodes:
-            for t, shape in zip(n.outputs, _output_shapes(graph, n, shapes)):
-                if t < 0:
-                    shapes[t] = shape
+            if min(n.outputs) < 0:      # a tensor of the kernels' own (Winograd's, a split's)
+                for t, shape in zip(n.outputs, _output_shapes(graph, n, shapes)):
+                    if t < 0:
+                        shapes[t] = shape
         rank = _value_ids(nodes)
         nodes = wide_chains(graph, nodes, shapes, rank, target.device.gpu)
         part_inputs, part_outputs = _boundary(graph, part_ops, nodes)
@@ -85,7 +87,7 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
     tensors = {t: r[0] for t, r in zip(ids, records)}
     return GpuDelegatePlan(sum(buffers), tuple(buffers), tensors, intervals, tuple(all_nodes),
                            sum(constant_bytes(graph, n, precision, target.device.gpu)
-                               for n in all_nodes))
+                               for n in all_nodes if n.type in CONSTANT_TYPES))
 
 
 def _usage(graph: Graph, nodes: list[GpuNode], part_inputs, part_outputs
@@ -268,6 +270,12 @@ def thin_pointwise(graph: Graph, nodes: list[GpuNode], precision: str) -> list[G
     """Join each chain TryThinPointwiseFuser takes into one node (its inner tensors vanish): a
     depthwise or any convolution, then 1x1 convolutions, each reading the one output of the
     step before as its only reader; at most 3 convolutions and 3 KiB of weights, at least 2."""
+    # A chain's second step is a 1x1 convolution: where no conv2d node follows a convolution
+    # or depthwise node, no chain starts (most nodes of most graphs), and the nodes stay.
+    starts = [k for k in range(len(nodes) - 1)
+              if nodes[k].type in _THIN_TYPES and nodes[k + 1].type == "conv2d"]
+    if not starts:
+        return nodes
     readers: dict[int, int] = {}
     for n in nodes:
         for t in n.inputs:
@@ -276,6 +284,11 @@ def thin_pointwise(graph: Graph, nodes: list[GpuNode], precision: str) -> list[G
     out: list[GpuNode] = []
     k = 0
     while k < len(nodes):
+        if k + 1 >= len(nodes) or nodes[k + 1].type != "conv2d" or \
+                nodes[k].type not in _THIN_TYPES:
+            out.append(nodes[k])
+            k += 1
+            continue
         chain, total = [], 0
         j = k
         while j < len(nodes) and len(chain) < _THIN_MAX_CONVS:
@@ -310,8 +323,13 @@ def gpu_delegate_total(graph: Graph, target) -> int:
 
     plan = plan_delegate(graph, target, target.precision)
     e = ELEMENT_BYTES[target.precision]
-    packed = sum(kernel_weight_bytes(graph, n, e) for n in plan.nodes)
-    return estimate_model_bytes(graph) + packed + plan.intermediate + plan.constant
+    return (estimate_model_bytes(graph) + _packed(graph, plan.nodes, e) + plan.intermediate
+            + plan.constant)
+
+
+def _packed(graph: Graph, nodes, e: int) -> int:
+    """The weights the nodes' kernels hold as arguments (`kernel_weight_bytes`)."""
+    return sum(kernel_weight_bytes(graph, n, e) for n in nodes if n.type in KERNEL_WEIGHT_TYPES)
 
 
 def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
@@ -328,7 +346,7 @@ def predict_gpu_delegate(graph: Graph, target, model_bytes: int | None = None
     precision = target.precision
     plan = plan_delegate(graph, target, precision)
     e = ELEMENT_BYTES[precision]
-    packed = sum(kernel_weight_bytes(graph, n, e) for n in plan.nodes)
+    packed = _packed(graph, plan.nodes, e)
     live = _live_per_node(plan)
     peak_node = max(range(len(live)), key=live.__getitem__) if live else 0
     rows, node_of = [], {}

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from math import prod
+
 from latpred.deduce.fusion import GpuNode
 from latpred.deduce.optypes import bhwc
 from latpred.device_profile import GpuSpec
@@ -16,6 +18,9 @@ from latpred.graph import Graph
 from latpred.memory.arena import align_up
 
 ELEMENT_BYTES = {"fp16": 2, "fp32": 4}
+CONSTANT_TYPES = frozenset({"winograd_matmul", "fc"})    # the nodes `constant_bytes` counts
+# the nodes `kernel_weight_bytes` counts
+KERNEL_WEIGHT_TYPES = frozenset({"conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d"})
 
 
 def constant_bytes(graph: Graph, node: GpuNode, precision: str, gpu: GpuSpec) -> int:
@@ -73,7 +78,7 @@ def kernel_weight_bytes(graph: Graph, node: GpuNode, e: int) -> int:
     """Weights a convolution kernel holds as its own arguments (estimated: the accelerator
     does not report them); a convolution run as fully connected holds constants instead
     (`constant_bytes`)."""
-    if node.type not in ("conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d"):
+    if node.type not in KERNEL_WEIGHT_TYPES:
         return 0
     total = 0
     for i in node.ops:
@@ -82,5 +87,5 @@ def kernel_weight_bytes(graph: Graph, node: GpuNode, e: int) -> int:
             w = graph.tensors[op.inputs[1]].shape
             total += w[0] * w[1] * w[2] * align_up(w[3], 4) * e
             if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                total += align_up(graph.tensors[op.inputs[2]].size, 4) * e
+                total += align_up(prod(graph.tensors[op.inputs[2]].shape), 4) * e
     return total

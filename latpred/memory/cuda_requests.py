@@ -38,23 +38,36 @@ class _Templates:
         self.meta = np.zeros((1 << 10, 5), np.int64)
         self.n_entries = 0
 
-    def add(self, key: tuple, graph: Graph, op, elem: int) -> int:
-        load = load_requests(graph, op, elem)
-        fwd = forward_requests(graph, op, elem, cuda_workspace.conv_workspace,
-                               cuda_workspace.mean_scratch)
-        reqs = load.reqs + fwd.reqs
-        t, e = len(self.index), self.n_entries
-        if e + len(reqs) > len(self.sizes):
-            self.sizes = np.resize(self.sizes, 2 * (e + len(reqs)))
-            self.refs = np.resize(self.refs, 2 * (e + len(reqs)))
-        if t >= len(self.meta):
-            self.meta = np.resize(self.meta, (2 * len(self.meta), 5))
-        for j, (size, ref, _) in enumerate(reqs):
-            self.sizes[e + j], self.refs[e + j] = size, ref
-        self.meta[t] = (e, e + len(load.reqs), e + len(reqs), load.n, fwd.n)
-        self.n_entries = e + len(reqs)
-        self.index[key] = t
-        return t
+    def add(self, new: list[tuple], elem: int) -> list[int]:
+        """Make the templates of `new` (key, graph, op) and return their numbers."""
+        sizes: list[int] = []
+        refs: list[int] = []
+        meta: list[tuple] = []
+        e = self.n_entries
+        for key, graph, op in new:
+            load = load_requests(graph, op, elem)
+            fwd = forward_requests(graph, op, elem, cuda_workspace.conv_workspace,
+                                   cuda_workspace.mean_scratch)
+            start = e + len(sizes)
+            for size, ref, _ in load.reqs + fwd.reqs:
+                sizes.append(size)
+                refs.append(ref)
+            meta.append((start, start + len(load.reqs), e + len(sizes), load.n, fwd.n))
+        t0 = len(self.index)
+        end, t_end = e + len(sizes), t0 + len(meta)
+        if end > len(self.sizes):
+            self.sizes = np.resize(self.sizes, 2 * end)
+            self.refs = np.resize(self.refs, 2 * end)
+        if t_end > len(self.meta):
+            self.meta = np.resize(self.meta, (2 * t_end, 5))
+        self.sizes[e:end] = sizes
+        self.refs[e:end] = refs
+        if meta:
+            self.meta[t0:t_end] = meta
+        self.n_entries = end
+        for t, (key, _, _) in enumerate(new, t0):
+            self.index[key] = t
+        return list(range(t0, t_end))
 
 
 _TEMPLATES: dict[int, _Templates] = {}
@@ -125,8 +138,8 @@ def _add_new(new: dict, store: _Templates, elem: int, tpl_ids: list[int]) -> Non
     cuda_workspace.prefetch_workspaces(
         [(g, op) for g, op, _ in new.values() if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D")],
         elem)
-    for key, (g, op, positions) in new.items():
-        t = store.add(key, g, op, elem)
+    made = store.add([(key, g, op) for key, (g, op, _) in new.items()], elem)
+    for t, (_, _, positions) in zip(made, new.values()):
         for k in positions:
             tpl_ids[k] = t
 

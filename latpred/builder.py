@@ -31,7 +31,8 @@ from typing import Iterable, Sequence
 from latpred.build_passes import _finish
 from latpred.errors import ShapeError
 from latpred.graph import ACTIVATIONS, Graph, Op, Tensor
-from latpred.shapes import infer_shapes, pair, reshape_target, resolve_sizes
+from latpred.shapes import infer_shapes, reshape_target, resolve_sizes
+from latpred.windows import pair
 
 
 class GraphBuilder:

@@ -14,7 +14,8 @@ from latpred.builder import GraphBuilder
 from latpred.errors import ShapeError
 from latpred.graph import Graph, Op, Tensor
 from latpred.graph_checks import validate_graph
-from latpred.shapes import broadcast, infer_shapes, out_size, same_padding
+from latpred.shapes import broadcast, infer_shapes
+from latpred.windows import out_size, same_padding
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 

@@ -159,23 +159,25 @@ def _lay_out(tpl_ids, op_ptr, in_sizes, in_ptr, t_sizes, t_refs, meta):
     g_reset = np.zeros(n_graphs, np.int64)
     e = 0
     for g in range(n_graphs):
-        base = 0
-        for k in range(op_ptr[g], op_ptr[g + 1]):
-            t = tpl_ids[k]
-            for j in range(meta[t, 0], meta[t, 1]):
-                sizes[e], sids[e] = t_sizes[j], base + t_refs[j]
-                e += 1
-            base += meta[t, 3]
+        ops = tpl_ids[op_ptr[g]:op_ptr[g + 1]]
+        e, base = _lay_out_part(ops, 0, 0, e, t_sizes, t_refs, meta, sizes, sids)
         for j in range(in_ptr[g], in_ptr[g + 1]):
             sizes[e], sids[e] = in_sizes[j], base
             base += 1
             e += 1
         g_reset[g] = e - g_ptr[g]
-        for k in range(op_ptr[g], op_ptr[g + 1]):
-            t = tpl_ids[k]
-            for j in range(meta[t, 1], meta[t, 2]):
-                sizes[e], sids[e] = t_sizes[j], base + t_refs[j]
-                e += 1
-            base += meta[t, 4]
+        e, base = _lay_out_part(ops, 1, base, e, t_sizes, t_refs, meta, sizes, sids)
         g_ptr[g + 1] = e
     return sizes, sids, g_ptr, g_reset
+
+
+@njit(cache=True)
+def _lay_out_part(ops, part, base, e, t_sizes, t_refs, meta, sizes, sids):
+    """Write part `part` (0 the load, 1 the forward) of each op's template from position `e`,
+    its allocations numbered from `base`; returns the next position and number."""
+    for t in ops:
+        for j in range(meta[t, part], meta[t, part + 1]):
+            sizes[e], sids[e] = t_sizes[j], base + t_refs[j]
+            e += 1
+        base += meta[t, 3 + part]
+    return e, base

@@ -31,7 +31,7 @@ import numpy as np
 
 from latpred.graph import Graph, Op
 from latpred.memory.cuda_alloc import CachingAllocator
-from latpred.shapes import pair, window_padding
+from latpred.windows import pair, window_padding
 
 # Measured on the H100 (torch 2.11.0+cu130): segments after the warm-up, in address order
 # of the device (the small segment sat above the large one).

@@ -65,7 +65,7 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
     for part_ops, part_nodes in delegated_nodes(graph, target):
         nodes = thin_pointwise(graph, part_nodes, precision)
         for n in nodes:
-            if min(n.outputs) < 0:      # a tensor of the kernels' own (Winograd's, a split's)
+            if n.outputs and min(n.outputs) < 0:   # a tensor of its own (Winograd's, a split's)
                 for t, shape in zip(n.outputs, _output_shapes(graph, n, shapes)):
                     if t < 0:
                         shapes[t] = shape
@@ -272,9 +272,7 @@ def thin_pointwise(graph: Graph, nodes: list[GpuNode], precision: str) -> list[G
     step before as its only reader; at most 3 convolutions and 3 KiB of weights, at least 2."""
     # A chain's second step is a 1x1 convolution: where no conv2d node follows a convolution
     # or depthwise node, no chain starts (most nodes of most graphs), and the nodes stay.
-    starts = [k for k in range(len(nodes) - 1)
-              if nodes[k].type in _THIN_TYPES and nodes[k + 1].type == "conv2d"]
-    if not starts:
+    if not any(a.type in _THIN_TYPES and b.type == "conv2d" for a, b in zip(nodes, nodes[1:])):
         return nodes
     readers: dict[int, int] = {}
     for n in nodes:

@@ -45,7 +45,7 @@ from math import prod
 from typing import Callable, NamedTuple
 
 from latpred.graph import Graph, Op
-from latpred.shapes import pair, window_padding
+from latpred.windows import pair, window_padding
 
 _VIEWS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 _OWN_SETUP = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D",

@@ -27,7 +27,7 @@ import torch
 from latpred.errors import UnsupportedOpError
 from latpred.pytorch.export import Handler, Lowering, Val, module_path, op_name
 from latpred.pytorch.layout import canonical
-from latpred.shapes import pair
+from latpred.windows import pair
 
 BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training", "native_batch_norm",
                "_native_batch_norm_legit")

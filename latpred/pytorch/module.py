@@ -22,8 +22,7 @@ from latpred.errors import LatpredError
 from latpred.graph import Graph, Op
 from latpred.pytorch.batch import with_batch
 from latpred.pytorch.ops import OPS
-from latpred.shapes import window_padding
-from latpred.shapes import pair
+from latpred.windows import pair, window_padding
 
 RANGE_PREFIX = "latpred_op"
 _RANGE_RE = re.compile(rf"{RANGE_PREFIX}(\d+):")

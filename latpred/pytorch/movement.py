@@ -21,7 +21,7 @@ from latpred.pytorch.export import Handler, Lowering, Val, op_name
 from latpred.pytorch.layout import canonical, is_trivial, permuted, reduce_perm
 from latpred.pytorch.lowering import (_LOWEST, _arg, _like, _pads, _unsupported,
                                       _window_padding)
-from latpred.shapes import pair
+from latpred.windows import pair
 
 
 # -- pooling and reductions ------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from latpred.shapes import window_padding
+from latpred.windows import window_padding
 
 OpFn = Callable[["object", list[torch.Tensor]], list[torch.Tensor]]
 

@@ -59,9 +59,9 @@ def _memory_totals(graphs: Sequence[Graph], target: Any, kernels: str) -> np.nda
 
         return batch_peaks(graphs, t.precision, t.batch)
     if t.processor == "gpu":
-        from latpred.memory.gpu_delegate import gpu_delegate_total
+        from latpred.memory.gpu_flat import delegate_totals
 
-        return np.array([gpu_delegate_total(g, t) for g in graphs], dtype=np.int64)
+        return delegate_totals(graphs, t)
     if kernels == "xnnpack" and _compiled():
         from latpred.memory.flat import graph_totals
 
@@ -104,7 +104,13 @@ def _with_memory(model: Any, graphs: Sequence[Graph], kernels: str, allow_fallba
         # the latency batch's interned tensors key each op's requests (`batch_peaks`)
         preds, graphs, _, batch = batched(graphs, allow_fallback=allow_fallback)
         return preds, batch_peaks(graphs, t.precision, t.batch, tensors=batch)
-    if t.processor != "cpu" or t.precision == "int8":
+    if t.processor == "gpu":
+        from latpred.memory.gpu_flat import delegate_totals
+
+        # tensor sizes from the latency batch's interned tensors
+        preds, graphs, _, batch = batched(graphs, allow_fallback=allow_fallback)
+        return preds, delegate_totals(graphs, t, batch)
+    if t.precision == "int8":
         preds, graphs = batched(graphs, allow_fallback=allow_fallback)[:2]
         return preds, memory_totals(graphs, model.target, kernels)
     preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback)

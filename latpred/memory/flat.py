@@ -31,9 +31,8 @@ from latpred.memory import xnnpack_partition as partition
 from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs
 from latpred.memory.flat_arrays import (Tensors, Wiring, _csr, batch_tensors, graph_tensors,
-                                       op_offsets)
-from latpred.memory.host_cpu import (_FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR,
-                                     OVERHEAD_EIGHT_BIT_FIXED, OVERHEAD_FIXED,
+                                       model_bytes, op_offsets, per_graph)
+from latpred.memory.host_cpu import (OVERHEAD_EIGHT_BIT_FIXED, OVERHEAD_FIXED,
                                      OVERHEAD_PER_TENSOR, transient)
 from latpred.deduce.prepare import PREPARE_FOLDS, REDUCE
 from latpred.memory.litert_builtin import set_tensor_table
@@ -210,7 +209,7 @@ def _float_graphs(batch: Any, key_ids: np.ndarray, g_tens: np.ndarray) -> np.nda
     keys = batch.tensor_keys            # (shape, dtype, is_constant, value, quantized)
     odd = np.fromiter((k[1] not in FLOAT_GRAPH_TYPES or bool(k[4]) for k in keys), np.bool_,
                       len(keys))
-    return _per_graph(odd[key_ids].astype(np.int64), g_tens) == 0
+    return per_graph(odd[key_ids].astype(np.int64), g_tens) == 0
 
 
 def graph_totals(graphs: Sequence[Graph], int8: bool = False) -> np.ndarray:
@@ -276,15 +275,13 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
     n_tensors, n_ops = np.diff(g_tens), np.diff(g_ops)
     known: dict[int, int] = {}      # packed weights + indirection per configuration
     with_buffers = delegated & np.repeat(covered, n_ops) & (flags & OP_BUFFERS != 0)
-    buffers = _per_graph(_buffers(with_buffers, op_cfg, sizer, known), g_ops)
+    buffers = per_graph(_buffers(with_buffers, op_cfg, sizer, known), g_ops)
     # host_cpu.eight_bit_operators: a delegated operator with 8-bit weights
-    qs8 = _per_graph((with_buffers & flat_int8.eight_bit_weights(planned)).astype(np.int64),
+    qs8 = per_graph((with_buffers & flat_int8.eight_bit_weights(planned)).astype(np.int64),
                      g_ops) > 0
-    # host_cpu.estimate_model_bytes: each stored buffer 16-aligned, plus 16
-    stored = _per_graph(np.where(const, (size + 15) // 16 * 16 + 16, 0), g_tens)
     # host_cpu.overhead; host_cpu.transient: one chunk outgrows no arena, so only a
     # workspace that regrew leaves something
-    totals = (stored + _FB_PER_TENSOR * n_tensors + _FB_PER_OP * n_ops + _FB_FIXED +
+    totals = (model_bytes(size, const, g_tens, g_ops) +
               res[:, 1] + res[:, 2] + buffers + OVERHEAD_FIXED +
               OVERHEAD_PER_TENSOR * n_tensors + OVERHEAD_EIGHT_BIT_FIXED * qs8).tolist()
     for g in np.flatnonzero(covered & (res[:, 3] > 0)).tolist():
@@ -304,13 +301,6 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
         configs = OpConfigs(op_cfg[g_ops[g]:g_ops[g + 1]].tolist(), supported, known)
         totals[g] = memory_total(graphs[g], "xnnpack", configs)
     return np.array(totals, dtype=np.int64)
-
-
-def _per_graph(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
-    """Sums of values[ptr[g]:ptr[g + 1]] (exact integers)."""
-    sums = np.zeros(len(values) + 1, np.int64)
-    np.cumsum(values, out=sums[1:])
-    return sums[ptr[1:]] - sums[ptr[:-1]]
 
 
 class _Shapes(NamedTuple):

@@ -18,6 +18,7 @@ import numpy as np
 
 from latpred.graph import _ITEMSIZE, Graph
 from latpred.memory import xnnpack_partition as partition
+from latpred.memory.host_cpu import _FB_FIXED, _FB_PER_OP, _FB_PER_TENSOR
 from latpred.memory.litert_builtin import tensor_table
 
 _OPS, _TENSORS, _DTYPE = attrgetter("ops"), attrgetter("tensors"), attrgetter("dtype")
@@ -40,6 +41,23 @@ def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
     """Offsets and concatenated values of a list of int sequences."""
     ptr = _ptr(map(len, lists))
     return ptr, np.fromiter(chain.from_iterable(lists), np.int64, int(ptr[-1]))
+
+
+def per_graph(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """Sums of values[ptr[g]:ptr[g + 1]] (exact integers)."""
+    sums = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(values, out=sums[1:])
+    return sums[ptr[1:]] - sums[ptr[:-1]]
+
+
+def model_bytes(size: np.ndarray, const: np.ndarray, g_tens: np.ndarray, g_ops: np.ndarray
+                ) -> np.ndarray:
+    """`host_cpu.estimate_model_bytes` of each graph: each stored buffer 16-aligned, plus 16,
+    and the flatbuffer's tables per tensor and op (`size`, `const`: per tensor of all graphs
+    in a row; `g_tens`, `g_ops`: each graph's first tensor and op)."""
+    stored = per_graph(np.where(const, (size + 15) // 16 * 16 + 16, 0), g_tens)
+    return (stored + _FB_PER_TENSOR * np.diff(g_tens) + _FB_PER_OP * np.diff(g_ops)
+            + _FB_FIXED)
 
 
 class Tensors(NamedTuple):

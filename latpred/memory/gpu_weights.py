@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from math import prod
+from typing import Sequence
 
 from latpred.deduce.fusion import GpuNode
 from latpred.deduce.optypes import bhwc
@@ -21,6 +22,7 @@ ELEMENT_BYTES = {"fp16": 2, "fp32": 4}
 CONSTANT_TYPES = frozenset({"winograd_matmul", "fc"})    # the nodes `constant_bytes` counts
 # the nodes `kernel_weight_bytes` counts
 KERNEL_WEIGHT_TYPES = frozenset({"conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d"})
+_CONVOLUTIONS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D"})
 
 
 def constant_bytes(graph: Graph, node: GpuNode, precision: str, gpu: GpuSpec) -> int:
@@ -74,18 +76,22 @@ def winograd_output_group(gpu: GpuSpec, tiles: int, cout: int) -> int:
     return group
 
 
-def kernel_weight_bytes(graph: Graph, node: GpuNode, e: int) -> int:
-    """Weights a convolution kernel holds as its own arguments (estimated: the accelerator
-    does not report them); a convolution run as fully connected holds constants instead
-    (`constant_bytes`)."""
-    if node.type not in KERNEL_WEIGHT_TYPES:
-        return 0
-    total = 0
-    for i in node.ops:
-        op = graph.ops[i]
-        if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) > 1:
-            w = graph.tensors[op.inputs[1]].shape
-            total += w[0] * w[1] * w[2] * align_up(w[3], 4) * e
-            if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                total += align_up(prod(graph.tensors[op.inputs[2]].shape), 4) * e
-    return total
+def kernel_weight_bytes(graph: Graph, nodes: Sequence[GpuNode], e: int) -> int:
+    """Weights the nodes' convolution kernels hold as their own arguments (estimated: the
+    accelerator does not report them); a convolution run as fully connected holds constants
+    instead (`constant_bytes`). A thin pointwise chain holds its steps' weights, so the total
+    is the same before and after chains are joined."""
+    ops, tensors = graph.ops, graph.tensors
+    total = 0            # elements; channels aligned to 4 ((n + 3) & ~3 is align_up(n, 4))
+    for node in nodes:
+        if node.type not in KERNEL_WEIGHT_TYPES:
+            continue
+        for i in node.ops:
+            op = ops[i]
+            if op.type in _CONVOLUTIONS and len(op.inputs) > 1:
+                ins = op.inputs
+                o, kh, kw, c = tensors[ins[1]].shape
+                total += o * kh * kw * ((c + 3) & ~3)
+                if len(ins) > 2 and ins[2] >= 0:
+                    total += (prod(tensors[ins[2]].shape) + 3) & ~3
+    return total * e

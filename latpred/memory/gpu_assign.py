@@ -32,33 +32,41 @@ NONE = np.int64(1) << 62       # kNotAssigned (no distance yet)
 
 
 @njit(cache=True)
-def _positional_maximums(size, first, last):
-    """CalculatePositionalMaximums: per position p, the largest p-th largest size alive at a
-    task (the profiles' order among equal sizes does not change the values). Each task's
-    sizes are sorted in place in one buffer (a sort that allocates cost ~0.5 us a task)."""
+def task_profiles(size, first, last):
+    """CalculateTaskProfiles: per task, the records alive at it by non-increasing size (stable:
+    ties by record order), as CSR (ptr per task, then record ids). One stable sort of all
+    records; each takes its place in the tasks it spans."""
     n = len(size)
     n_tasks = 0
     for r in range(n):
         n_tasks = max(n_tasks, last[r] + 1)
-    out = np.zeros(n, np.int64)
-    n_pos = 0
-    alive = np.empty(n, np.int64)
+    ptr = np.zeros(n_tasks + 1, np.int64)
+    for r in range(n):
+        for t in range(first[r], last[r] + 1):
+            ptr[t + 1] += 1
     for t in range(n_tasks):
-        k = 0
-        for r in range(n):
-            if first[r] <= t <= last[r]:
-                v = size[r]             # insertion into alive[:k], largest first
-                i = k
-                while i > 0 and alive[i - 1] < v:
-                    alive[i] = alive[i - 1]
-                    i -= 1
-                alive[i] = v
-                k += 1
-        for i in range(k):
-            if alive[i] > out[i]:
-                out[i] = alive[i]
-        n_pos = max(n_pos, k)
-    return out[:n_pos]
+        ptr[t + 1] += ptr[t]
+    fill = ptr[:n_tasks].copy()
+    prof = np.empty(ptr[n_tasks], np.int64)
+    for r in np.argsort(-size, kind="mergesort"):
+        for t in range(first[r], last[r] + 1):
+            prof[fill[t]] = r
+            fill[t] += 1
+    return ptr, prof
+
+
+@njit(cache=True)
+def _positional_maximums(size, ptr, prof):
+    """CalculatePositionalMaximums: per position p, the largest p-th largest size alive at a
+    task."""
+    n_pos = 0
+    for t in range(len(ptr) - 1):
+        n_pos = max(n_pos, ptr[t + 1] - ptr[t])
+    out = np.zeros(n_pos, np.int64)
+    for t in range(len(ptr) - 1):
+        for i in range(ptr[t + 1] - ptr[t]):
+            out[i] = max(out[i], size[prof[ptr[t] + i]])
+    return out
 
 
 @njit(cache=True)
@@ -74,25 +82,38 @@ def _higher(position, best_dist, size, a, b):
 @njit(cache=True)
 def by_size(size, first, last):
     """GreedyBySizeDistPriorityAssignment: (object id per record, object sizes)."""
+    ptr, prof = task_profiles(size, first, last)
+    return _by_size(size, first, last, _positional_maximums(size, ptr, prof))
+
+
+@njit(cache=True)
+def _by_size(size, first, last, pos_max):
     n = len(size)
-    pos_max = _positional_maximums(size, first, last)
     position = np.empty(n, np.int64)
     for r in range(n):
         p = 0
         while p < len(pos_max) and pos_max[p] >= size[r]:
             p += 1
         position[r] = p - 1
-    dist = np.full((n, n), NONE, np.int64)      # per record, its distance to each object
+    # per record, its distance to each object: written for every record still unassigned
+    # when the object is made, and only such records read it (so no initial fill)
+    dist = np.empty((n, n), np.int64)
     best_dist = np.full(n, NONE, np.int64)
     best_obj = np.full(n, -1, np.int64)
     obj_of = np.full(n, -1, np.int64)
     sizes = np.zeros(n, np.int64)
+    free = np.arange(n)         # the unassigned records, in record order (ties go to the first)
+    n_free = n
     n_obj = 0
     for _ in range(n):
-        best = -1
-        for i in range(n):      # the highest priority among the unassigned (operator>)
-            if obj_of[i] == -1 and (best == -1 or _higher(position, best_dist, size, i, best)):
-                best = i
+        at = 0
+        best = free[0]
+        for q in range(1, n_free):   # the highest priority among the unassigned (operator>)
+            i = free[q]
+            if _higher(position, best_dist, size, i, best):
+                best, at = i, q
+        n_free -= 1
+        free[at:n_free] = free[at + 1:n_free + 1]
         new = best_dist[best] == NONE
         if new:
             obj = n_obj
@@ -103,8 +124,9 @@ def by_size(size, first, last):
             sizes[obj] = max(sizes[obj], size[best])
         obj_of[best] = obj
         b_first, b_last = first[best], last[best]
-        for i in range(n):
-            if obj_of[i] != -1 or (not new and dist[i, obj] == NONE):
+        for q in range(n_free):
+            i = free[q]
+            if not new and dist[i, obj] == NONE:
                 continue
             if last[i] < b_first:
                 d = b_first - last[i]
@@ -143,14 +165,17 @@ def _fits(members, head, o, first, last, r_first, r_last):
 @njit(cache=True)
 def by_breadth(size, first, last):
     """GreedyByBreadthAssignment: (object id per record, object sizes)."""
-    n = len(size)
-    n_tasks = 0
-    for r in range(n):
-        n_tasks = max(n_tasks, last[r] + 1)
+    ptr, prof = task_profiles(size, first, last)
+    return _by_breadth(size, first, last, ptr, prof)
+
+
+@njit(cache=True)
+def _by_breadth(size, first, last, ptr, prof):
+    n, n_tasks = len(size), len(ptr) - 1
     breadth = np.zeros(n_tasks, np.int64)
-    for r in range(n):
-        for t in range(first[r], last[r] + 1):
-            breadth[t] += size[r]
+    for t in range(n_tasks):
+        for q in range(ptr[t], ptr[t + 1]):
+            breadth[t] += size[prof[q]]
     # std::stable_sort over reverse iterators: by non-increasing breadth, ties by task id
     order = np.argsort(-breadth, kind="mergesort")
     obj_of = np.full(n, -1, np.int64)
@@ -158,12 +183,10 @@ def by_breadth(size, first, last):
     head = np.full(n, -1, np.int64)         # per object, its first record; then a chain
     members = np.full(n, -1, np.int64)
     n_obj = 0
-    # CalculateTaskProfiles: a task's tensors by non-increasing size, stable; the records in
-    # that order once, each task taking those alive
-    by_size_order = np.argsort(-size, kind="mergesort")
     for task in order:
-        for r in by_size_order:
-            if obj_of[r] != -1 or not first[r] <= task <= last[r]:
+        for q in range(ptr[task], ptr[task + 1]):
+            r = prof[q]
+            if obj_of[r] != -1:
                 continue
             s = size[r]
             best = n_obj
@@ -191,8 +214,9 @@ def by_breadth(size, first, last):
 @njit(cache=True)
 def best_sizes(size, first, last):
     """BestGreedy's object sizes: by size, unless by breadth totals strictly less."""
-    s = by_size(size, first, last)[1]
-    b = by_breadth(size, first, last)[1]
+    ptr, prof = task_profiles(size, first, last)
+    s = _by_size(size, first, last, _positional_maximums(size, ptr, prof))[1]
+    b = _by_breadth(size, first, last, ptr, prof)[1]
     return b if b.sum() < s.sum() else s
 
 

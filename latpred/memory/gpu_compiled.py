@@ -87,8 +87,19 @@ def _use(first, last, t, k):
 @njit(cache=True)
 def plan_part(ntype, group, thin_first, thin_next, in_ptr, ins, out_ptr, outs, n_graph,
               size, const, graph_out, outside, neg_size, neg_late):
-    """One part's plan: (starts of the joined nodes, then per usage record in ValueId order:
-    local tensor, size, first node, last node; the shared buffers' sizes).
+    """One part's plan: `part_records` and the shared buffers' sizes."""
+    starts, order, rec_size, rec_first, rec_last = part_records(
+        ntype, group, thin_first, thin_next, in_ptr, ins, out_ptr, outs, n_graph, size, const,
+        graph_out, outside, neg_size, neg_late)
+    return starts, order, rec_size, rec_first, rec_last, best_sizes(rec_size, rec_first,
+                                                                     rec_last)
+
+
+@njit(cache=True)
+def part_records(ntype, group, thin_first, thin_next, in_ptr, ins, out_ptr, outs, n_graph,
+                 size, const, graph_out, outside, neg_size, neg_late):
+    """One part's usage records: (starts of the joined nodes, then per record in ValueId order:
+    local tensor, size, first node, last node).
 
     Per graph tensor: `size` (bytes on the GPU), `const`, `graph_out`, `outside` (read by an
     op outside this part); per delegate tensor -k at k - 1: `neg_size`, `neg_late` (a partial
@@ -136,9 +147,7 @@ def plan_part(ntype, group, thin_first, thin_next, in_ptr, ins, out_ptr, outs, n
     for r in range(len(order)):
         t = order[r]
         rec_size[r] = size[t] if t < n_graph else neg_size[t - n_graph]
-    rec_first, rec_last = first[order], last[order]
-    return starts, order, rec_size, rec_first, rec_last, best_sizes(rec_size, rec_first,
-                                                                     rec_last)
+    return starts, order, rec_size, first[order], last[order]
 
 
 @njit(cache=True)
@@ -215,10 +224,10 @@ def part_intermediates(part_nodes, part_graph, g_tens, g_neg, ntype, group, thin
         g = part_graph[p]
         t0, t1, n0, n1 = g_tens[g], g_tens[g + 1], g_neg[g], g_neg[g + 1]
         i0, o0 = in_ptr[a], out_ptr[a]
-        buffers = plan_part(ntype[a:b], group[a:b], thin_first[a:b], thin_next[a:b],
-                            in_ptr[a:b + 1] - i0, ins[i0:in_ptr[b]], out_ptr[a:b + 1] - o0,
-                            outs[o0:out_ptr[b]], t1 - t0, size[t0:t1], const[t0:t1],
-                            graph_out[t0:t1], outside[t0:t1], neg_size[n0:n1],
-                            neg_late[n0:n1])[5]
-        out[p] = buffers.sum()
+        _, _, rec_size, rec_first, rec_last = part_records(
+            ntype[a:b], group[a:b], thin_first[a:b], thin_next[a:b], in_ptr[a:b + 1] - i0,
+            ins[i0:in_ptr[b]], out_ptr[a:b + 1] - o0, outs[o0:out_ptr[b]], t1 - t0,
+            size[t0:t1], const[t0:t1], graph_out[t0:t1], outside[t0:t1], neg_size[n0:n1],
+            neg_late[n0:n1])
+        out[p] = best_sizes(rec_size, rec_first, rec_last).sum()
     return out

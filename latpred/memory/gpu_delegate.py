@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from latpred.graph import Graph
 from latpred.memory import gpu_compiled
-from latpred.memory.gpu_flat import FlatParts, gpu_tensors, tensor_bytes  # noqa: F401
+from latpred.memory.gpu_flat import FlatParts, held_bytes, tensor_bytes  # noqa: F401
 from latpred.memory.gpu_thin import joined
 from latpred.memory.prediction import MemoryPrediction, OpMemory
 
@@ -41,7 +41,7 @@ class GpuDelegatePlan:
     """The delegate's intermediate buffers: `buffers` (sizes), `tensors` (id -> bytes),
     `intervals` (id -> (first, last) node), `nodes` (the fused nodes of the delegated parts, in
     order); `constant`: its constant tensors' bytes; `packed`: the weights its kernels hold as
-    arguments (`gpu_weights.kernel_weight_bytes`)."""
+    arguments (`gpu_weights.weight_bytes`)."""
 
     intermediate: int
     buffers: tuple[int, ...]
@@ -57,10 +57,9 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
     `gpu_compiled.plan_part` over the parts' flat arrays (`gpu_flat`)."""
     flat = FlatParts(target, precision)
     flat.add(graph)
-    size, tensors = gpu_tensors([graph], None, precision)
     (part_nodes, _, _, _, ntype, group, thin_first, thin_next, in_ptr, ins, out_ptr, outs,
      size, const, graph_out, outside, neg_size, neg_late) = flat.arrays(
-        [graph], size, tensors.const, tensors.g_tens)
+        [graph], *held_bytes([graph], None, precision))
     n_graph = len(graph.tensors)
     tensors, intervals, all_nodes, buffers = {}, {}, [], []
     for p, (_, nodes) in enumerate(flat.parts[0]):

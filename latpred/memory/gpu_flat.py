@@ -16,8 +16,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 from functools import lru_cache
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from math import prod
+from operator import attrgetter, itemgetter
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,17 +26,15 @@ import numpy as np
 from latpred.deduce.fusion import GpuNode
 from latpred.deduce.gpu import delegated_nodes
 from latpred.deduce.optypes import bhwc
-from latpred.graph import Graph
+from latpred.graph import _ITEMSIZE, Graph
 from latpred.memory.arena import align_up
 from latpred.memory import gpu_compiled as gc
-from latpred.memory.flat_arrays import (Tensors, batch_tensors, graph_tensors, model_bytes,
-                                       op_offsets)
+from latpred.memory.flat_arrays import _csr, model_bytes, op_offsets
 from latpred.memory.gpu_thin import THIN_TYPES, thin_step
-from latpred.memory.gpu_weights import (CONSTANT_TYPES, ELEMENT_BYTES, constant_bytes,
-                                       kernel_weight_bytes)
+from latpred.memory.gpu_weights import ELEMENT_BYTES, weight_bytes
 
 _INPUTS, _OUTPUTS = attrgetter("inputs"), attrgetter("outputs")
-_TENSORS, _SHAPE, _TYPE = attrgetter("tensors"), attrgetter("shape"), attrgetter("type")
+_TENSORS, _TYPE, _CONST = attrgetter("tensors"), attrgetter("type"), attrgetter("is_constant")
 _PART = attrgetter("part")
 _WIDE_TYPES = frozenset({"concat", "split"})     # what `wide_chains` can break up
 _CODE = {"conv2d": gc.CONV, "dwconv2d": gc.DWCONV}
@@ -80,8 +79,9 @@ def wide_chains(graph: Graph, nodes: list[GpuNode], shapes: dict, late: list, gp
         return nodes
     max_inputs = max(2, min(textures, buffers) - 4)
     max_outputs = buffers - 1
-    if not any(_concat_sources(graph, n) > max_inputs if n.type == "concat" else
-               len(n.outputs) > max_outputs for n in nodes if n.type in _WIDE_TYPES):
+    if not any(len(n.outputs) > max_outputs if n.type == "split" else
+               _concat_sources(graph, n, max_inputs) > max_inputs
+               for n in nodes if n.type in _WIDE_TYPES):
         return nodes
     # below every delegate tensor of the graph (`shapes` holds them all, of every part)
     fresh = itertools.count(min([0, *shapes, *(t for n in nodes for t in n.outputs)]) - 1, -1)
@@ -98,7 +98,7 @@ def wide_chains(graph: Graph, nodes: list[GpuNode], shapes: dict, late: list, gp
 
     out: list[GpuNode] = []
     for n in nodes:
-        k = _concat_sources(graph, n) if n.type == "concat" else 0
+        k = _concat_sources(graph, n, max_inputs) if n.type == "concat" else 0
         if k > max_inputs:
             # the inputs after the sources are read by ops linked in, which run in the last node
             ins, linked, acc = list(n.inputs[:k]), n.inputs[k:], []
@@ -121,12 +121,15 @@ def wide_chains(graph: Graph, nodes: list[GpuNode], shapes: dict, late: list, gp
     return out
 
 
-def _concat_sources(graph: Graph, node: GpuNode) -> int:
+def _concat_sources(graph: Graph, node: GpuNode, at_most: int) -> int:
     """How many of a concatenation node's inputs it joins (the others are read by linked ops):
-    a resolved grouped convolution's groups, or the CONCATENATION's non-constant inputs."""
+    a resolved grouped convolution's groups, or the CONCATENATION's non-constant inputs (its
+    input count where that is `at_most` or fewer: then so are the sources)."""
     op = graph.ops[node.ops[0]]
     if node.part == "group_concat":
         return graph.tensors[op.inputs[0]].shape[-1] // graph.tensors[op.inputs[1]].shape[-1]
+    if len(op.inputs) <= at_most:
+        return len(op.inputs)
     return sum(1 for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant)
 
 
@@ -147,12 +150,12 @@ class FlatParts:
     (`constant`)."""
 
     def __init__(self, target: Any, precision: str) -> None:
-        self.target, self.precision = target, precision
-        self.e = ELEMENT_BYTES[precision]
+        self.target, self.precision, self.gpu = target, precision, target.device.gpu
         self.ntype: list[int] = []
-        self.group: list[int] = []
-        self.thin_first: list[int] = []
-        self.thin_next: list[int] = []
+        # sparse, (node, value): most nodes are in no grouped convolution and no thin chain
+        self.group: list[tuple[int, int]] = []
+        self.thin_first: list[tuple[int, int]] = []
+        self.thin_next: list[tuple[int, int]] = []
         self.n_in: list[int] = []
         self.ins: list[int] = []
         self.n_out: list[int] = []
@@ -180,7 +183,7 @@ class FlatParts:
                         if t < 0:
                             shapes[t] = shape
         late: list[int] = []
-        parts = [(ops, wide_chains(graph, nodes, shapes, late, self.target.device.gpu))
+        parts = [(ops, wide_chains(graph, nodes, shapes, late, self.gpu))
                  for ops, nodes in parts]
         packed = constant = 0
         for ops, nodes in parts:
@@ -189,9 +192,9 @@ class FlatParts:
             self.part_graph.append(g)
             if len(ops) != len(graph.ops):          # another part or the CPU reads some
                 self._add_outside(graph, g, ops, nodes)
-            packed += kernel_weight_bytes(graph, nodes, self.e)
-            constant += sum(constant_bytes(graph, n, self.precision, self.target.device.gpu)
-                            for n in nodes if n.type in CONSTANT_TYPES)
+            kernel_args, constants = weight_bytes(graph, nodes, self.precision, self.gpu)
+            packed += kernel_args
+            constant += constants
         n_neg = -min(shapes, default=0)
         late_set = set(late)
         self.neg_size += [tensor_bytes(shapes[-k], self.precision) if -k in shapes else 0
@@ -203,21 +206,26 @@ class FlatParts:
         self.parts.append(parts)
 
     def _add_nodes(self, graph: Graph, nodes: list[GpuNode]) -> None:
-        types = [n.type for n in nodes]
-        self.ntype += [_CODE.get(t, 0) for t in types]
+        base = len(self.ntype)
+        types = list(map(_TYPE, nodes))
+        self.ntype += map(_CODE.get, types, repeat(0))
         parts = list(map(_PART, nodes))      # "" but in a resolved grouped convolution
-        self.group += map(group_code, parts) if any(parts) else [0] * len(nodes)
-        first, later = [-1] * len(nodes), [-1] * len(nodes)
-        # thin chain steps only where a chain can start: a convolution or depthwise node
-        # followed by a convolution node (thin_chains reads no other)
+        if any(parts):
+            self.group += [(base + k, group_code(p)) for k, p in enumerate(parts) if p]
+        # thin chain steps only where a chain can start or go on: a convolution or depthwise
+        # node followed by a convolution node, the latter only after a first or later step
+        # (thin_chains reads no other)
+        later = -1
         for k in [k for k, (a, b) in enumerate(zip(types, types[1:]))
                   if b == "conv2d" and a in THIN_TYPES]:
-            step = thin_step(graph, nodes[k], True, self.precision)
-            first[k] = -1 if step is None else step
-            step = thin_step(graph, nodes[k + 1], False, self.precision)
-            later[k + 1] = -1 if step is None else step
-        self.thin_first += first
-        self.thin_next += later
+            first = thin_step(graph, nodes[k], True, self.precision)
+            if first is not None:
+                self.thin_first.append((base + k, first))
+            if first is not None or later == k:
+                step = thin_step(graph, nodes[k + 1], False, self.precision)
+                if step is not None:
+                    self.thin_next.append((base + k + 1, step))
+                    later = k + 1
         self.n_in += map(len, map(_INPUTS, nodes))
         self.ins += chain.from_iterable(map(_INPUTS, nodes))
         self.n_out += map(len, map(_OUTPUTS, nodes))
@@ -230,24 +238,35 @@ class FlatParts:
             if any(c not in opset for c in consumers.get(t, ())):
                 self.outside.append((g, t))
 
-    def arrays(self, graphs: Sequence[Graph], gpu_size: np.ndarray, const: np.ndarray,
+    def arrays(self, graphs: Sequence[Graph], size: np.ndarray, const: np.ndarray,
                g_tens: np.ndarray) -> tuple[np.ndarray, ...]:
-        """`gpu_compiled.part_intermediates`' arguments (`gpu_size`, `const`: per tensor of
-        all graphs in a row, `gpu_tensors`)."""
-        graph_out = np.zeros(len(gpu_size), np.bool_)
+        """`gpu_compiled.part_intermediates`' arguments (`size`, `const`, `g_tens`:
+        `held_bytes`)."""
+        graph_out = np.zeros(len(size), np.bool_)
         graph_out[np.fromiter(chain.from_iterable(
             (g_tens[g] + t for t in graph.outputs) for g, graph in enumerate(graphs)),
             np.int64)] = True
-        outside = np.zeros(len(gpu_size), np.bool_)
+        outside = np.zeros(len(size), np.bool_)
         for g, t in self.outside:
             outside[g_tens[g] + t] = True
         i64 = np.int64
+        n = len(self.ntype)
         return (np.array(self.part_nodes, i64), np.array(self.part_graph, i64), g_tens,
-                np.array(self.g_neg, i64), np.array(self.ntype, i64), np.array(self.group, i64),
-                np.array(self.thin_first, i64), np.array(self.thin_next, i64),
+                np.array(self.g_neg, i64), np.array(self.ntype, i64),
+                _dense(self.group, n, 0), _dense(self.thin_first, n, -1),
+                _dense(self.thin_next, n, -1),
                 _ptr(self.n_in), np.array(self.ins, i64), _ptr(self.n_out),
-                np.array(self.outs, i64), gpu_size, const, graph_out, outside,
+                np.array(self.outs, i64), size, const, graph_out, outside,
                 np.array(self.neg_size, i64), np.array(self.neg_late, np.bool_))
+
+
+def _dense(pairs: list[tuple[int, int]], n: int, fill: int) -> np.ndarray:
+    """(index, value) pairs as an array of n, `fill` elsewhere."""
+    out = np.full(n, fill, np.int64)
+    if pairs:
+        at, values = zip(*pairs)
+        out[list(at)] = values
+    return out
 
 
 def _ptr(lengths: list[int]) -> np.ndarray:
@@ -256,35 +275,42 @@ def _ptr(lengths: list[int]) -> np.ndarray:
     return ptr
 
 
-def gpu_tensors(graphs: Sequence[Graph], batch: Any, precision: str
-                ) -> tuple[np.ndarray, Tensors]:
-    """Each tensor's bytes on the GPU (0 for a constant), and the graphs' `Tensors` (all
-    graphs in a row), from the batch's interned tensors where there is one."""
+def held_bytes(graphs: Sequence[Graph], batch: Any, precision: str
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each tensor's bytes where it is held, constness, and each graph's first tensor (all
+    graphs in a row): a constant's bytes in the model (`model_bytes` reads only those), the
+    others' on the GPU (the plan reads only those). From the batch's interned tensors where
+    there is one."""
+    def held(shape, dtype, const) -> int:
+        return prod(shape) * _ITEMSIZE[dtype] if const else tensor_bytes(shape, precision)
+
     if batch is not None and batch.tensor_ids:
-        tensors, ids = batch_tensors(graphs, batch)
         keys = batch.tensor_keys        # (shape, dtype, is_constant, value, quantized)
-        key_size = np.fromiter((0 if k[2] else tensor_bytes(k[0], precision)
-                                for k in keys), np.int64, len(keys))
-        return key_size[ids], tensors
-    tensors = graph_tensors(graphs)
-    shapes = map(_SHAPE, chain.from_iterable(map(_TENSORS, graphs)))
-    size = np.fromiter((0 if c else tensor_bytes(s, precision)
-                        for s, c in zip(shapes, tensors.const.tolist())), np.int64,
-                       len(tensors.const))
-    return size, tensors
+        key_size = np.fromiter((held(*k[:3]) for k in keys), np.int64, len(keys))
+        key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
+        g_tens, ids = _csr(batch.tensor_ids)
+        ids = np.delete(ids, g_tens[1:] - 1)   # each graph's last id stands for index -1
+        return key_size[ids], key_const[ids], g_tens - np.arange(len(g_tens))
+    tensors = list(chain.from_iterable(map(_TENSORS, graphs)))
+    size = np.fromiter((held(t.shape, t.dtype, t.is_constant) for t in tensors), np.int64,
+                       len(tensors))
+    const = np.fromiter(map(_CONST, tensors), np.bool_, len(tensors))
+    return size, const, _ptr([len(g.tensors) for g in graphs])
 
 
-def delegate_totals(graphs: Sequence[Graph], target: Any, batch: Any = None) -> np.ndarray:
+def delegate_totals(graphs: Sequence[Graph], target: Any, batch: Any = None,
+                    flat: FlatParts | None = None) -> np.ndarray:
     """`gpu_delegate.predict_gpu_delegate(graph, target).total` of each graph, without the
     per-op rows (`memory_totals`; `batch`: the latency batch's `FeatureBatch`, whose interned
-    tensors give the tensor sizes)."""
-    flat = FlatParts(target, target.precision)
-    for g in graphs:
-        flat.add(g)
-    gpu_size, tensors = gpu_tensors(graphs, batch, target.precision)
-    per_part = gc.part_intermediates(*flat.arrays(graphs, gpu_size, tensors.const,
-                                                  tensors.g_tens))
+    tensors give the tensor sizes; `flat`: the graphs' parts, added as the latency batch
+    deduced each graph)."""
+    if flat is None:
+        flat = FlatParts(target, target.precision)
+        for g in graphs:
+            flat.add(g)
+    size, const, g_tens = held_bytes(graphs, batch, target.precision)
+    per_part = gc.part_intermediates(*flat.arrays(graphs, size, const, g_tens))
     intermediate = np.zeros(len(graphs), np.int64)
     np.add.at(intermediate, np.array(flat.part_graph, np.int64), per_part)
-    return (model_bytes(tensors.size, tensors.const, tensors.g_tens, op_offsets(graphs))
-            + intermediate + np.array(flat.packed, np.int64) + np.array(flat.constant, np.int64))
+    return (model_bytes(size, const, g_tens, op_offsets(graphs)) + intermediate
+            + np.array(flat.packed, np.int64) + np.array(flat.constant, np.int64))

@@ -31,9 +31,12 @@ def thin_step(graph: Graph, node: GpuNode, first: bool, precision: str) -> int |
     op = graph.ops[node.ops[0]]
     if node.type not in THIN_TYPES or len(op.inputs) < 2:
         return None
+    w = graph.tensors[op.inputs[1]].shape
+    # a step's output channels are at most 32 (most convolutions of a model fail here)
+    if w[-1 if node.type == "dwconv2d" else 0] > _THIN_MAX_OUT:
+        return None
     dw_c, dw_taps, conv_size = _THIN[precision]
     size = ELEMENT_BYTES[precision]
-    w = graph.tensors[op.inputs[1]].shape
     if node.type == "dwconv2d" and op.type == "DEPTHWISE_CONV_2D" and first:
         c, kh, kw = w[3], w[1], w[2]
         if c > dw_c or c * kh * kw > dw_taps or op.attr("depth_multiplier", 1) != 1:
@@ -42,7 +45,7 @@ def thin_step(graph: Graph, node: GpuNode, first: bool, precision: str) -> int |
     if node.type != "conv2d" or op.type != "CONV_2D":
         return None
     o, kh, kw, i = w
-    if o > _THIN_MAX_OUT or i * kh * kw * o > conv_size or op.attr("groups", 1) != 1:
+    if i * kh * kw * o > conv_size or op.attr("groups", 1) != 1:
         return None
     if not first and ((kh, kw) != (1, 1) or tuple(op.attr("stride", (1, 1))) != (1, 1)):
         return None

@@ -3,7 +3,7 @@
 - **Constant tensors** (`constant_bytes`, the accelerator's reported constant memory; measured
   on the H100, `datasets/h100-gpu-memory`): fully-connected weights and biases, and a Winograd
   convolution's transformed weights, laid out for the matmul kernel that reads them.
-- **Kernel arguments** (`kernel_weight_bytes`, estimated, not reported by the accelerator): the
+- **Kernel arguments** (`weight_bytes`, estimated, not reported by the accelerator): the
   other convolutions' weights and biases travel with their kernels.
 """
 
@@ -20,7 +20,7 @@ from latpred.memory.arena import align_up
 
 ELEMENT_BYTES = {"fp16": 2, "fp32": 4}
 CONSTANT_TYPES = frozenset({"winograd_matmul", "fc"})    # the nodes `constant_bytes` counts
-# the nodes `kernel_weight_bytes` counts
+# the nodes whose convolutions hold their weights as kernel arguments (`weight_bytes`)
 KERNEL_WEIGHT_TYPES = frozenset({"conv2d", "dwconv2d", "thin_pointwise", "grouped_conv2d"})
 _CONVOLUTIONS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D"})
 
@@ -76,22 +76,25 @@ def winograd_output_group(gpu: GpuSpec, tiles: int, cout: int) -> int:
     return group
 
 
-def kernel_weight_bytes(graph: Graph, nodes: Sequence[GpuNode], e: int) -> int:
-    """Weights the nodes' convolution kernels hold as their own arguments (estimated: the
-    accelerator does not report them); a convolution run as fully connected holds constants
-    instead (`constant_bytes`). A thin pointwise chain holds its steps' weights, so the total
-    is the same before and after chains are joined."""
+def weight_bytes(graph: Graph, nodes: Sequence[GpuNode], precision: str, gpu: GpuSpec
+                 ) -> tuple[int, int]:
+    """(kernel arguments, constants) of the nodes' weights. Kernel arguments (estimated: the
+    accelerator does not report them) are the convolution kernels' own weights and biases,
+    channels aligned to 4; a convolution run as fully connected or Winograd holds constants
+    instead (`constant_bytes`). A thin pointwise chain holds its steps' weights, so the totals
+    are the same before and after chains are joined."""
     ops, tensors = graph.ops, graph.tensors
-    total = 0            # elements; channels aligned to 4 ((n + 3) & ~3 is align_up(n, 4))
+    packed = constant = 0    # packed in elements ((n + 3) & ~3 is align_up(n, 4))
     for node in nodes:
-        if node.type not in KERNEL_WEIGHT_TYPES:
-            continue
-        for i in node.ops:
-            op = ops[i]
-            if op.type in _CONVOLUTIONS and len(op.inputs) > 1:
-                ins = op.inputs
-                o, kh, kw, c = tensors[ins[1]].shape
-                total += o * kh * kw * ((c + 3) & ~3)
-                if len(ins) > 2 and ins[2] >= 0:
-                    total += (prod(tensors[ins[2]].shape) + 3) & ~3
-    return total * e
+        if node.type in CONSTANT_TYPES:
+            constant += constant_bytes(graph, node, precision, gpu)
+        elif node.type in KERNEL_WEIGHT_TYPES:
+            for i in node.ops:
+                op = ops[i]
+                if op.type in _CONVOLUTIONS and len(op.inputs) > 1:
+                    ins = op.inputs
+                    o, kh, kw, c = tensors[ins[1]].shape
+                    packed += o * kh * kw * ((c + 3) & ~3)
+                    if len(ins) > 2 and ins[2] >= 0:
+                        packed += (prod(tensors[ins[2]].shape) + 3) & ~3
+    return packed * ELEMENT_BYTES[precision], constant

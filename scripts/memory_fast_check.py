@@ -16,7 +16,8 @@ saved totals, on freshly built graphs (it reads tensor sizes from the latency ba
 graph already has them): the synthetic ones without fallback, all of them with it. On the GPU
 targets (LiteRT's GPU accelerator and PyTorch on CUDA, fp16 and fp32) it records every
 `predict_memory` field and per-op row, or the refusal's message, and `memory_totals` of the
-graphs each runs. It is a dev script, not a test: it takes a few minutes.
+graphs each runs; on the GPU accelerator's it also checks `predict_many_with_memory` (a small
+Lasso on simulated data) against those totals. It is a dev script, not a test: it takes a few minutes.
 """
 
 from __future__ import annotations
@@ -132,6 +133,28 @@ def check_latency_path(totals: list) -> list[str]:
     return bad
 
 
+def check_gpu_latency_path(ref: dict) -> list[str]:
+    """`predict_many_with_memory` on the GPU accelerator's targets (parts flattened as the
+    latency batch deduces each graph, tensor sizes from its interned tensors) == the saved
+    `memory_totals` of the graphs each runs, on graphs built afresh."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from simdata import simulate
+
+    from latpred.memory import predict_many_with_memory
+    from latpred.predictors import LatencyModel
+
+    bad = []
+    for target in GPU_TARGETS[:2]:
+        data = simulate(Path(tempfile.mkdtemp()) / "sim", target, n_models=12).root
+        model = LatencyModel.fit(data, target, family="lasso", search="none")
+        runs = [g for g, row in zip(graphs(), ref[f"predict/{target}"])
+                if not isinstance(row, str)]
+        peaks = predict_many_with_memory(model, runs, allow_fallback=True)[1]
+        if peaks.tolist() != ref[f"totals/{target}"]:
+            bad.append(f"predict_many_with_memory peaks on {target} != saved totals")
+    return bad
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("save", "check"))
@@ -149,7 +172,7 @@ def main() -> None:
     for k in bad:
         diffs = [i for i, (a, b) in enumerate(zip(ref[k], got[k])) if a != b]
         print(f"DIFFERENT {k}: {len(diffs)} graphs, first {diffs[:5]}")
-    bad += check_latency_path(ref["totals/xnnpack"])
+    bad += check_latency_path(ref["totals/xnnpack"]) + check_gpu_latency_path(ref)
     print("IDENTICAL" if not bad else f"FAILED: {bad}",
           f"({len(gs)} graphs, {time.time() - start:.0f} s)")
     sys.exit(1 if bad else 0)

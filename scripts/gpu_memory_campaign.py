@@ -132,7 +132,7 @@ def probe_graphs_groups():
 
 def probe_graphs_wide():
     """Graph CONCATENATIONs of 3 to 17 inputs (one with an ADD linked in) and SPLITs into 8
-    to 32 parts: the chains `memory.gpu_delegate.wide_chains` found on grouped convolutions,
+    to 32 parts: the chains `memory.gpu_flat.wide_chains` found on grouped convolutions,
     on the graph's own ops (name, Graph)."""
     out = []
 

@@ -3,12 +3,12 @@
 Memory-aware NAS plans every candidate: in Python, the plan's passes over the fused nodes
 (thin chains, ValueIds, usage, boundary) cost ~0.3 ms a graph, a third of the latency
 prediction. Here each graph's delegated parts (`latpred.deduce.gpu.delegated_nodes`, after
-`gpu_delegate.wide_chains`) become arrays in one Python walk over their nodes, and all parts
+`wide_chains`) become arrays in one Python walk over their nodes, and all parts
 of a batch are planned in one numba call. `gpu_delegate.plan_delegate` plans one graph through
 the same arrays, so the rules exist once.
 
 Tensor sizes and constness come from the latency batch's interned tensors where there is one
-(`FeatureBatch.tensor_ids`), else from the graphs' tensor tables.
+(`FeatureBatch.tensor_ids`), else from the graphs' tensors (`held_bytes`).
 """
 
 from __future__ import annotations

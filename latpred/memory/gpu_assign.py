@@ -19,6 +19,10 @@ Compiled with numba (memory-aware NAS plans every candidate; in Python the two h
 ~2 ms of a GPU graph's ~2 ms of memory work). Records are three int64 arrays: size, first
 task, last task. tests/test_memory_gpu_delegate.py checks the worked examples of TFLite's own
 test and compares both heuristics with a plain Python port on random records.
+
+Editing this file: numba's on-disk cache (`cache=True`) checks only the calling function's own
+file, so `gpu_compiled`'s cached functions keep the old code of the ones here until
+latpred/memory/__pycache__/*.nbi, *.nbc are deleted (a fresh install or clone has none).
 """
 
 from __future__ import annotations

@@ -143,7 +143,6 @@ def output_shapes(graph: Graph, node: GpuNode, shapes: dict) -> list[tuple[int, 
     return [(b, h, w, c // len(node.outputs))] * len(node.outputs)
 
 
-
 class FlatParts:
     """All delegated parts of a batch of graphs in a row (`gpu_compiled.part_intermediates`'
     arguments), and each graph's weights the kernels hold (`packed`) and constants

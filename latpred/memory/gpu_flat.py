@@ -297,16 +297,13 @@ def held_bytes(graphs: Sequence[Graph], batch: Any, precision: str
     return size, const, _ptr([len(g.tensors) for g in graphs])
 
 
-def delegate_totals(graphs: Sequence[Graph], target: Any, batch: Any = None,
-                    flat: FlatParts | None = None) -> np.ndarray:
+def delegate_totals(graphs: Sequence[Graph], target: Any, batch: Any = None) -> np.ndarray:
     """`gpu_delegate.predict_gpu_delegate(graph, target).total` of each graph, without the
     per-op rows (`memory_totals`; `batch`: the latency batch's `FeatureBatch`, whose interned
-    tensors give the tensor sizes; `flat`: the graphs' parts, added as the latency batch
-    deduced each graph)."""
-    if flat is None:
-        flat = FlatParts(target, target.precision)
-        for g in graphs:
-            flat.add(g)
+    tensors give the tensor sizes)."""
+    flat = FlatParts(target, target.precision)
+    for g in graphs:
+        flat.add(g)
     size, const, g_tens = held_bytes(graphs, batch, target.precision)
     per_part = gc.part_intermediates(*flat.arrays(graphs, size, const, g_tens))
     intermediate = np.zeros(len(graphs), np.int64)

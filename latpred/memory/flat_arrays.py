@@ -80,11 +80,17 @@ def batch_tensors(graphs: Sequence[Graph], batch: Any) -> tuple[Tensors, np.ndar
     key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
     key_dtype = np.fromiter((k[1] in partition._DATA_DTYPES for k in keys), np.bool_, len(keys))
     key_eight = np.fromiter((k[1] in partition.EIGHT_BIT_TYPES for k in keys), np.bool_, len(keys))
-    ptr, ids = _csr(batch.tensor_ids)
-    ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
-    g_tens = ptr - np.arange(len(ptr))
+    ids, g_tens = interned_ids(batch)
     assert np.array_equal(np.diff(g_tens), [len(g.tensors) for g in graphs])
     return Tensors(key_size[ids], key_const[ids], key_dtype[ids], g_tens, key_eight[ids]), ids
+
+
+def interned_ids(batch: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Each tensor's interned id in the batch (all graphs in a row), and each graph's first
+    tensor."""
+    ptr, ids = _csr(batch.tensor_ids)
+    ids = np.delete(ids, ptr[1:] - 1)   # each graph's last id stands for index -1
+    return ids, ptr - np.arange(len(ptr))
 
 
 def graph_tensors(graphs: Sequence[Graph]) -> Tensors:

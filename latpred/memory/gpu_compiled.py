@@ -211,23 +211,32 @@ def _rank(t, ranked, order, n, first):
 
 
 @njit(cache=True)
-def part_intermediates(part_nodes, part_graph, g_tens, g_neg, ntype, group, thin_first,
-                       thin_next, in_ptr, ins, out_ptr, outs, size, const, graph_out, outside,
-                       neg_size, neg_late):
-    """`plan_part`'s buffer total for every part of a batch. Parts: their nodes
-    `part_nodes[p]:part_nodes[p + 1]` and graph; graphs: their tensors
+def part_arguments(p, part_nodes, part_graph, g_tens, g_neg, ntype, group, thin_first,
+                   thin_next, in_ptr, ins, out_ptr, outs, size, const, graph_out, outside,
+                   neg_size, neg_late):
+    """`plan_part`'s arguments for part p of a batch (`gpu_flat.FlatParts.arrays`). Parts:
+    their nodes `part_nodes[p]:part_nodes[p + 1]` and graph; graphs: their tensors
     `g_tens[g]:g_tens[g + 1]` and delegate tensors `g_neg[g]:g_neg[g + 1]`; `in_ptr` /
     `out_ptr` hold absolute offsets into `ins` / `outs`."""
-    out = np.zeros(len(part_graph), np.int64)
-    for p in range(len(part_graph)):
-        a, b = part_nodes[p], part_nodes[p + 1]
-        g = part_graph[p]
-        t0, t1, n0, n1 = g_tens[g], g_tens[g + 1], g_neg[g], g_neg[g + 1]
-        i0, o0 = in_ptr[a], out_ptr[a]
-        _, _, rec_size, rec_first, rec_last = part_records(
-            ntype[a:b], group[a:b], thin_first[a:b], thin_next[a:b], in_ptr[a:b + 1] - i0,
+    a, b = part_nodes[p], part_nodes[p + 1]
+    g = part_graph[p]
+    t0, t1, n0, n1 = g_tens[g], g_tens[g + 1], g_neg[g], g_neg[g + 1]
+    i0, o0 = in_ptr[a], out_ptr[a]
+    return (ntype[a:b], group[a:b], thin_first[a:b], thin_next[a:b], in_ptr[a:b + 1] - i0,
             ins[i0:in_ptr[b]], out_ptr[a:b + 1] - o0, outs[o0:out_ptr[b]], t1 - t0,
             size[t0:t1], const[t0:t1], graph_out[t0:t1], outside[t0:t1], neg_size[n0:n1],
             neg_late[n0:n1])
+
+
+@njit(cache=True)
+def part_intermediates(part_nodes, part_graph, g_tens, g_neg, ntype, group, thin_first,
+                       thin_next, in_ptr, ins, out_ptr, outs, size, const, graph_out, outside,
+                       neg_size, neg_late):
+    """`plan_part`'s buffer total for every part of a batch (`part_arguments`)."""
+    out = np.zeros(len(part_graph), np.int64)
+    for p in range(len(part_graph)):
+        _, _, rec_size, rec_first, rec_last = part_records(*part_arguments(
+            p, part_nodes, part_graph, g_tens, g_neg, ntype, group, thin_first, thin_next,
+            in_ptr, ins, out_ptr, outs, size, const, graph_out, outside, neg_size, neg_late))
         out[p] = best_sizes(rec_size, rec_first, rec_last).sum()
     return out

@@ -57,18 +57,12 @@ def plan_delegate(graph: Graph, target, precision: str) -> GpuDelegatePlan:
     `gpu_compiled.plan_part` over the parts' flat arrays (`gpu_flat`)."""
     flat = FlatParts(target, precision)
     flat.add(graph)
-    (part_nodes, _, _, _, ntype, group, thin_first, thin_next, in_ptr, ins, out_ptr, outs,
-     size, const, graph_out, outside, neg_size, neg_late) = flat.arrays(
-        [graph], *held_bytes([graph], None, precision))
+    arrays = flat.arrays([graph], *held_bytes([graph], None, precision))
     n_graph = len(graph.tensors)
     tensors, intervals, all_nodes, buffers = {}, {}, [], []
     for p, (_, nodes) in enumerate(flat.parts[0]):
-        a, b = part_nodes[p], part_nodes[p + 1]
-        i0, o0 = in_ptr[a], out_ptr[a]
         starts, order, sizes, first, last, bufs = gpu_compiled.plan_part(
-            ntype[a:b], group[a:b], thin_first[a:b], thin_next[a:b], in_ptr[a:b + 1] - i0,
-            ins[i0:in_ptr[b]], out_ptr[a:b + 1] - o0, outs[o0:out_ptr[b]], n_graph, size,
-            const, graph_out, outside, neg_size, neg_late)
+            *gpu_compiled.part_arguments(p, *arrays))
         ends = [*starts[1:].tolist(), len(nodes)]
         all_nodes += [joined(nodes[s:e]) for s, e in zip(starts.tolist(), ends)]
         for t, nbytes, f, l in zip(order.tolist(), sizes.tolist(), first.tolist(), last.tolist()):

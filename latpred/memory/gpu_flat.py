@@ -29,7 +29,7 @@ from latpred.deduce.optypes import bhwc
 from latpred.graph import _ITEMSIZE, Graph
 from latpred.memory.arena import align_up
 from latpred.memory import gpu_compiled as gc
-from latpred.memory.flat_arrays import _csr, model_bytes, op_offsets
+from latpred.memory.flat_arrays import _ptr, interned_ids, model_bytes, op_offsets
 from latpred.memory.gpu_thin import THIN_TYPES, thin_step
 from latpred.memory.gpu_weights import ELEMENT_BYTES, weight_bytes
 
@@ -268,12 +268,6 @@ def _dense(pairs: list[tuple[int, int]], n: int, fill: int) -> np.ndarray:
     return out
 
 
-def _ptr(lengths: list[int]) -> np.ndarray:
-    ptr = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=ptr[1:])
-    return ptr
-
-
 def held_bytes(graphs: Sequence[Graph], batch: Any, precision: str
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each tensor's bytes where it is held, constness, and each graph's first tensor (all
@@ -287,14 +281,13 @@ def held_bytes(graphs: Sequence[Graph], batch: Any, precision: str
         keys = batch.tensor_keys        # (shape, dtype, is_constant, value, quantized)
         key_size = np.fromiter((held(*k[:3]) for k in keys), np.int64, len(keys))
         key_const = np.fromiter(map(itemgetter(2), keys), np.bool_, len(keys))
-        g_tens, ids = _csr(batch.tensor_ids)
-        ids = np.delete(ids, g_tens[1:] - 1)   # each graph's last id stands for index -1
-        return key_size[ids], key_const[ids], g_tens - np.arange(len(g_tens))
+        ids, g_tens = interned_ids(batch)
+        return key_size[ids], key_const[ids], g_tens
     tensors = list(chain.from_iterable(map(_TENSORS, graphs)))
     size = np.fromiter((held(t.shape, t.dtype, t.is_constant) for t in tensors), np.int64,
                        len(tensors))
     const = np.fromiter(map(_CONST, tensors), np.bool_, len(tensors))
-    return size, const, _ptr([len(g.tensors) for g in graphs])
+    return size, const, _ptr(map(len, map(_TENSORS, graphs)))
 
 
 def delegate_totals(graphs: Sequence[Graph], target: Any, batch: Any = None) -> np.ndarray:

@@ -79,6 +79,11 @@ def wide_chains(graph: Graph, nodes: list[GpuNode], shapes: dict, late: list, gp
         return nodes
     max_inputs = max(2, min(textures, buffers) - 4)
     max_outputs = buffers - 1
+    # a node joins at most its own inputs (`_concat_sources`): the common case is settled by
+    # two C-level passes over the nodes
+    if (max(map(len, map(_INPUTS, nodes))) <= max_inputs
+            and max(map(len, map(_OUTPUTS, nodes))) <= max_outputs):
+        return nodes
     if not any(len(n.outputs) > max_outputs if n.type == "split" else
                _concat_sources(graph, n, max_inputs) > max_inputs
                for n in nodes if n.type in _WIDE_TYPES):

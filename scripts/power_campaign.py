@@ -229,7 +229,7 @@ def _names(out: Path, done: list) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from latpred.profile.cuda import _RUN, _find, _gpu_kernels, _ranges
+    from latpred.profile.cuda_trace import RUN_RANGE, find_range, gpu_kernels, named_ranges
 
     with torch.no_grad(), profile(activities=[ProfilerActivity.CPU,
                                               ProfilerActivity.CUDA]) as prof:
@@ -241,15 +241,15 @@ def _names(out: Path, done: list) -> None:
     prof.export_chrome_trace(str(path))
     evs = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
     path.unlink()
-    runs = _ranges(evs, _RUN)
+    runs = named_ranges(evs, RUN_RANGE)
     starts = [r[0] for r in runs]
     launch = {e["args"].get("correlation"): e["ts"] for e in evs
               if e.get("cat") in ("cuda_runtime", "cuda_driver")
               and "correlation" in e.get("args", {})}
     names: dict[int, list] = {}
-    for k in _gpu_kernels(evs):
+    for k in gpu_kernels(evs):
         ts = launch.get(k.get("args", {}).get("correlation"))
-        g = _find(runs, starts, ts) if ts is not None else None
+        g = find_range(runs, starts, ts) if ts is not None else None
         if g is not None:
             names.setdefault(int(g[0]), []).append([k.get("cat"), k["name"][:200],
                                                     float(k["dur"])])

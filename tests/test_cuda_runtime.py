@@ -127,7 +127,7 @@ def _event(name, ts, dur, cat, **args):
 
 
 def test_attribute_maps_kernels_to_ops_runs_and_replays():
-    from latpred.profile.cuda import attribute, kernel_figures
+    from latpred.profile.cuda_trace import attribute, kernel_figures
 
     ev = [_event("latpred_model0_run0", 0, 100, "user_annotation"),
           _event("latpred_op0:CONV_2D", 1, 20, "user_annotation"),
@@ -156,7 +156,7 @@ def test_attribute_maps_kernels_to_ops_runs_and_replays():
 def test_kernels_side_by_side_share_their_time():
     """cuDNN runs a grouped convolution's kernels on its own streams, side by side: each
     instant is split among the kernels running, so the times add up to the busy time."""
-    from latpred.profile.cuda import exclusive_us, kernel_figures
+    from latpred.profile.cuda_trace import exclusive_us, kernel_figures
 
     # a alone 0-2, a and b 2-4, b alone 4-6, a gap, c alone 10-11
     assert exclusive_us([(4.0, 0.0), (4.0, 2.0), (1.0, 10.0)]) == [3.0, 3.0, 1.0]
@@ -174,7 +174,7 @@ def test_replayed_kernels_in_another_order_are_matched_by_name():
     """A CUDA graph may start one op's independent kernels in another order than the eager
     stream (cuDNN's grouped convolutions on the H100), and names a memset node "memset32":
     the replay's times still go to the right kernels (lists as the profiler reported them)."""
-    from latpred.profile.cuda import kernel_figures, match_replay
+    from latpred.profile.cuda_trace import kernel_figures, match_replay
 
     eager = [[(0, "conv_a", 5.0), (0, "Memset (Device)", 1.0), (1, "gemm", 4.0),
               (1, "slice", 2.0), (1, "slice", 2.0), (2, "add", 1.0)]]

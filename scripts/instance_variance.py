@@ -21,11 +21,11 @@ import sys
 import numpy as np
 
 from latpred.profile.litert_cpu import REALTIME_PRIORITY, pinned_cpus, realtime_allowed
-from latpred.profile.litert_profiler import _Session
+from latpred.profile.litert_capi import Session
 from latpred.profile.prepare import model_bytes
 
 
-def _block(session: _Session, runs: int) -> float:
+def _block(session: Session, runs: int) -> float:
     for _ in range(3):
         session.run()
     return min(session.run()[0] for _ in range(runs)) / 1e6
@@ -45,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     data = {m: model_bytes(__import__("pathlib").Path(m)) for m in args.models}
     fresh = {m: [] for m in args.models}     # one block per new instance
     same = {m: [] for m in args.models}      # blocks of one kept instance
-    kept = {m: _Session(d, 1, 0) for m, d in data.items()}
+    kept = {m: Session(d, 1, 0) for m, d in data.items()}
     for _ in range(args.instances):
         for m, d in data.items():
-            s = _Session(d, 1, 0)
+            s = Session(d, 1, 0)
             fresh[m].append(_block(s, args.runs))
             s.close()
             same[m].append(_block(kept[m], args.runs))

@@ -145,18 +145,11 @@ def test_bad_input_raises_measurement_error():
         profile_ops(write_tflite(_small_graph()), runs=0)
 
 
-class _FakeLib:
-    """Stands in for libLiteRt.so's profiler calls (all succeed)."""
-
-    def __getattr__(self, name):
-        return lambda *args: 0
-
-
 class _FakeSession:
     """Scripted runs: (wall us, preempted, [(tag, us), ...]) each."""
 
     def __init__(self, runs):
-        self.lib, self.profiler, self._runs, self._calls = _FakeLib(), object(), runs, 0
+        self._runs, self._calls = runs, 0
 
     def run(self):
         """Profiled run i, then a plain run 5 us faster."""
@@ -169,6 +162,9 @@ class _FakeSession:
         _, _, ops = self._runs[(self._calls - 1) // 2]
         return ([(16, "invoke", 99, -1)]
                 + [(8, tag, us, k) for k, (tag, us) in enumerate(ops)])
+
+    def profiled_run(self):
+        return (*self.run(), self.events())
 
 
 def test_statistics_come_from_clean_runs_when_there_are_enough():

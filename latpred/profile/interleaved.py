@@ -239,9 +239,9 @@ class _LiteRtModel:
     """A `litert_profiler` session seen as a `TimedModel`."""
 
     def __init__(self, model: bytes, threads: int, seed: int) -> None:
-        from latpred.profile.litert_profiler import _Session
+        from latpred.profile.litert_capi import Session
 
-        self.session = _Session(model, threads, seed)
+        self.session = Session(model, threads, seed)
 
     def warm(self) -> float:
         wall_ns, _, _ = self.session.run()
@@ -252,15 +252,10 @@ class _LiteRtModel:
         return wall_ns / 1e3
 
     def profiled(self) -> tuple[float, tuple[OpKey, ...], tuple[float, ...]]:
-        from latpred.profile.litert_profiler import _OP_EVENTS, _check
+        from latpred.profile.litert_capi import op_events
 
-        s = self.session
-        _check(s.lib.LiteRtResetProfiler(s.profiler), "reset the profiler")
-        _check(s.lib.LiteRtStartProfiler(s.profiler), "start the profiler")
-        wall_ns, _, _ = s.run()
-        _check(s.lib.LiteRtStopProfiler(s.profiler), "stop the profiler")
-        ops = [((index, tag, _OP_EVENTS[kind]), us) for kind, tag, us, index in s.events()
-               if kind in _OP_EVENTS]
+        wall_ns, _, _, events = self.session.profiled_run()
+        ops = op_events(events)
         return wall_ns / 1e3, tuple(k for k, _ in ops), tuple(float(us) for _, us in ops)
 
     def close(self) -> None:
@@ -270,11 +265,10 @@ class _LiteRtModel:
 def measure_batch(request: BatchRequest) -> list[ModelRounds]:
     """What a `Worker` process runs: load every model of the batch, pinned and (when asked and
     allowed) under SCHED_FIFO, and time them with `run_rounds`."""
-    from latpred.profile.litert_profiler import _library
-
+    from latpred.profile.litert_capi import library
     from latpred.profile.litert_cpu import REALTIME_PRIORITY
 
-    _library()  # a missing LiteRT fails the batch, not each model as if it were broken
+    library()  # a missing LiteRT fails the batch, not each model as if it were broken
     if request.cpus is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(request.cpus))
     previous = (os.sched_getscheduler(0), os.sched_getparam(0))

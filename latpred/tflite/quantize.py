@@ -2,10 +2,8 @@
 
 - Activations, graph inputs and outputs: int8, asymmetric, per tensor, from calibrated ranges
   (`calibrate.py`: the fp32 model run in LiteRT on seeded inputs).
-- CONV_2D / DEPTHWISE_CONV_2D filters: int8, symmetric, per output channel (quantized dimension 0
-  for CONV_2D [O, H, W, I], 3 for DEPTHWISE [1, H, W, C]); FULLY_CONNECTED and constant
-  BATCH_MATMUL weights: int8 symmetric per tensor (their kernels need zero point 0).
-- Biases: int32 with scale = input scale * weight scale (per channel), zero point 0.
+- Weights int8 symmetric (per output channel for convolutions), biases int32, other float
+  constants asymmetric (`int8_values`).
 - Kernel constraints: LOGISTIC/SOFTMAX/TANH/LOG_SOFTMAX outputs get the fixed parameters their
   int8 kernels require; ops that only move data (RESHAPE, TRANSPOSE, PAD, pools, CONCATENATION,
   SPLIT, ...) share one scale and zero point between their data inputs and outputs, taken over
@@ -26,6 +24,8 @@ import numpy as np
 from latpred.errors import UnsupportedModelError
 from latpred.graph import Graph, Op, Quantization, Tensor
 from latpred.tflite.calibrate import calibrate
+from latpred.tflite.int8_values import (HAS_BIAS, WEIGHT_AXIS, WEIGHTS, affine,
+                                        quantize_constants, to_int8)
 from latpred.tflite.weights import constant_data
 
 FIXED = {"LOGISTIC": (1 / 256, -128), "SOFTMAX": (1 / 256, -128), "TANH": (1 / 128, 0),
@@ -42,9 +42,6 @@ FREE = frozenset({
     "BATCH_MATMUL", "SQUARED_DIFFERENCE", "RSQRT", "NEG", "ABS", "RESIZE_BILINEAR",
 })
 INT8_KERNELS = FREE | SAME_SCALE | FIXED.keys()     # ops with an int8 kernel known here
-_WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3}
-_WEIGHTS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL"})
-_HAS_BIAS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
 
 
 def _data_inputs(op: Op) -> tuple[int, ...]:
@@ -56,22 +53,6 @@ def _data_inputs(op: Op) -> tuple[int, ...]:
     if op.type == "PADV2":
         return (op.inputs[0],) + op.inputs[2:3]
     return op.inputs[:1]
-
-
-def affine(lo: float, hi: float) -> Quantization:
-    """Asymmetric int8 parameters covering [lo, hi] (widened to include 0, as TFLite needs).
-
-    A tensor that is 0 on every calibration input (a ReLU that never fires, x - x) gets scale
-    1.0 and zero point -128, as the converter gives it (mlir FakeQuantSupport.cpp: "The tensor
-    contents are all 0.0s, so the scale is set to 1.0"). A tiny scale instead makes the next
-    op's requantization ratio (input scale x weight scale / output scale) too small for
-    XNNPACK, which then fails to create its runtime for the whole model."""
-    lo, hi = min(lo, 0.0), max(hi, 0.0)
-    if hi - lo == 0.0:
-        return Quantization((1.0,), (-128,))
-    scale = max(hi - lo, 1e-6) / 255.0
-    zero = min(max(round(-128 - lo / scale), -128), 127)    # np.clip costs ~10 us a call
-    return Quantization((scale,), (zero,))
 
 
 class _Groups:
@@ -103,11 +84,11 @@ def quantize(graph: Graph, seed: int) -> tuple[Graph, dict[int, np.ndarray]]:
     params, requant = _activation_params(graph, ranges, data, island, keep_float)
     tensors = _int8_tensors(graph, params)
     qdata = dict(data)
-    qdata.update((i, _to_int8(data[i], q)) for i, q in params.items()
+    qdata.update((i, to_int8(data[i], q)) for i, q in params.items()
                  if graph.tensors[i].is_constant)
     for op_index, op in enumerate(graph.ops):
         if op_index not in island:
-            _quantize_weights(op, graph, params, data, tensors, qdata)
+            quantize_constants(op, graph, params, data, tensors, qdata)
     ops = _requantize(_wrap_islands(graph, tensors, island, keep_float), tensors, requant)
     return Graph(tuple(tensors), tuple(ops), graph.inputs, graph.outputs, graph.name), qdata
 
@@ -124,7 +105,7 @@ def int8_layout(graph: Graph) -> Graph:
     keep_float = _float_tensors(graph, island)
     floats = [(i, t.is_constant) for i, t in enumerate(graph.tensors) if t.dtype == "float32"]
     ranges = {i: (0.0, 1.0) for i, const in floats if not const}
-    stand_in = dict.fromkeys((i for i, const in floats if const), _NO_WEIGHTS)
+    stand_in = dict.fromkeys((i for i, const in floats if const), _NOWEIGHTS)
     params, requant = _activation_params(graph, ranges, stand_in, island, keep_float)
     tensors = _int8_tensors(graph, params)
     for op_index, op in enumerate(graph.ops):
@@ -134,9 +115,9 @@ def int8_layout(graph: Graph) -> Graph:
             src = tensors[t] if t >= 0 else None
             if src is None or not src.is_constant or src.dtype != "float32":
                 continue
-            bias = k == 2 and op.type in _HAS_BIAS
-            if bias or (k == 1 and op.type in _WEIGHTS):
-                axis = _WEIGHT_AXIS.get(op.type) if k == 1 else None
+            bias = k == 2 and op.type in HAS_BIAS
+            if bias or (k == 1 and op.type in WEIGHTS):
+                axis = WEIGHT_AXIS.get(op.type) if k == 1 else None
                 n = src.shape[axis] if axis is not None else 1
                 q = Quantization((1.0,) * n, (0,) * n, axis or 0)
             else:
@@ -148,7 +129,7 @@ def int8_layout(graph: Graph) -> Graph:
     return Graph(tuple(tensors), tuple(ops), graph.inputs, graph.outputs, graph.name)
 
 
-_NO_WEIGHTS = np.zeros(1, np.float32)       # int8_layout's stand-in for every constant's data
+_NOWEIGHTS = np.zeros(1, np.float32)       # int8_layout's stand-in for every constant's data
 _PLACEHOLDER = affine(0.0, 1.0)             # int8_layout's activation ranges are [0, 1]
 
 
@@ -325,53 +306,6 @@ def _range(t: int, ranges, data) -> tuple[float, float]:
         return ranges[t]
     x = data[t]
     return (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
-
-
-def _to_int8(x: np.ndarray, q: Quantization) -> np.ndarray:
-    return np.clip(np.round(x / q.scale[0]) + q.zero_point[0], -128, 127).astype(np.int8)
-
-
-def _quantize_weights(op: Op, graph: Graph, params, data, tensors, qdata) -> None:
-    """Int8 weights, int32 biases and int8 other float constants of one int8 op."""
-    for k, t in enumerate(op.inputs):
-        if t < 0 or not graph.tensors[t].is_constant or t in params \
-                or graph.tensors[t].dtype != "float32" or tensors[t].dtype != "float32":
-            continue  # absent, an activation, already done (shared), or an int operand
-        src = graph.tensors[t]
-        if k == 1 and op.type in _WEIGHTS:
-            q, qx = _symmetric(data[t], _WEIGHT_AXIS.get(op.type))
-        elif k == 2 and op.type in _HAS_BIAS:
-            q, qx = _bias(data[t], params.get(op.inputs[0]), tensors[op.inputs[1]])
-        else:
-            lo, hi = float(data[t].min(initial=0.0)), float(data[t].max(initial=0.0))
-            q = affine(lo, hi)
-            qx = _to_int8(data[t], q)
-        tensors[t] = Tensor(src.name, src.shape, str(qx.dtype), q, True, None)
-        qdata[t] = qx
-
-
-def _symmetric(w: np.ndarray, axis: int | None) -> tuple[Quantization, np.ndarray]:
-    """Symmetric int8 (zero point 0) per channel along `axis`, or per tensor when None."""
-    if axis is None:
-        scale = np.array([max(float(np.abs(w).max(initial=0.0)), 1e-8) / 127.0])
-        q = np.clip(np.round(w / scale[0]), -127, 127)
-        return Quantization((float(scale[0]),), (0,)), q.astype(np.int8)
-    other = tuple(d for d in range(w.ndim) if d != axis)
-    scale = np.maximum(np.abs(w).max(axis=other, initial=0.0), 1e-8) / 127.0
-    shape = [1] * w.ndim
-    shape[axis] = -1
-    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
-    return Quantization(tuple(scale.tolist()), (0,) * len(scale), axis), q
-
-
-def _bias(b: np.ndarray, x_q: Quantization | None, w: Tensor) -> tuple[Quantization, np.ndarray]:
-    """Int32 bias whose scale is input scale * weight scale, per channel like the weights."""
-    if x_q is None or w.quantization is None:
-        raise UnsupportedModelError("A bias can only be quantized after its input and weights.")
-    w_scale = np.asarray(w.quantization.scale)
-    scale = x_q.scale[0] * (w_scale if len(w_scale) > 1 else np.full(len(b), w_scale[0]))
-    q = np.clip(np.round(b / scale), -2**31, 2**31 - 1).astype(np.int32)
-    return Quantization(tuple(scale.tolist()), (0,) * len(scale), 0), q
 
 
 def _wrap_islands(graph: Graph, tensors: list[Tensor], island: set[int],

@@ -238,6 +238,9 @@ def test_a_grouped_convolution_split_into_groups_holds_each_groups_slice():
     assert {plan.tensors[t] for t in split.outputs} == {16 * 16 * 4 * 2}
     conv_out = plan.nodes[1].outputs[0]
     assert plan.tensors[conv_out] == 16 * 16 * 8 * 2  # 5 channels in two slices
+    # each group's convolution holds its own slice: weights OHWI(5, 3, 3, 4) and a bias of 5
+    # (ML Drift's ResolveGroupedConvolution), not the whole op's 40 output channels 8 times
+    assert plan.packed == 8 * (5 * 3 * 3 * 4 + 8) * 2
 
 
 def test_a_split_links_the_element_wise_op_on_its_first_part():

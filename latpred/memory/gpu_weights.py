@@ -25,6 +25,18 @@ KERNEL_WEIGHT_TYPES = frozenset({"conv2d", "dwconv2d", "thin_pointwise", "groupe
 _CONVOLUTIONS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D"})
 
 
+def groups_of(graph: Graph, node: GpuNode, op) -> int:
+    """How many groups share `op`'s weights in `node`: a resolved grouped convolution's
+    per-group node holds one group's slice (ResolveGroupedConvolution: each group's
+    convolution gets weights OHWI(dst_group_size, kh, kw, src_group_size) and a bias of
+    dst_group_size, where groups = input channels / the weights' I; google-ai-edge/LiteRT
+    ml_drift_delegate/tflite/convert/convert_conv.cc @ 924eb524); 1 for any other node."""
+    part = node.part
+    if not part.startswith("group") or part in ("group_split", "group_concat"):
+        return 1
+    return graph.tensors[op.inputs[0]].shape[-1] // graph.tensors[op.inputs[1]].shape[-1]
+
+
 def constant_bytes(graph: Graph, node: GpuNode, precision: str, gpu: GpuSpec) -> int:
     """The constant tensors the accelerator allocates for one fused node."""
     e = ELEMENT_BYTES[precision]
@@ -32,12 +44,13 @@ def constant_bytes(graph: Graph, node: GpuNode, precision: str, gpu: GpuSpec) ->
     total = 0
     if node.type == "winograd_matmul":
         o, _, _, i = graph.tensors[op.inputs[1]].shape
+        o //= groups_of(graph, node, op)
         b, h, w, _ = bhwc(graph.tensors[op.outputs[0]].shape)
         group = winograd_output_group(gpu, b * -(-h // 4) * -(-w // 4), o)
         total += 36 * align_up(i, 4) * align_up(o, 4 * group) * e
     elif node.type == "fc" and len(op.inputs) > 1:   # also a 1x1 CONV_2D on a small map
         w = graph.tensors[op.inputs[1]].shape
-        o, i = w[0], w[-1]
+        o, i = w[0] // groups_of(graph, node, op), w[-1]
         # a bias only where the op has one: the accelerator adds no zeros (the MobileNetV2
         # fixture's bias-less classifier, 1280 x 100, holds 1280 x 100 elements)
         has_bias = len(op.inputs) > 2 and op.inputs[2] >= 0
@@ -82,7 +95,8 @@ def weight_bytes(graph: Graph, nodes: Sequence[GpuNode], precision: str, gpu: Gp
     accelerator does not report them) are the convolution kernels' own weights and biases,
     channels aligned to 4; a convolution run as fully connected or Winograd holds constants
     instead (`constant_bytes`). A thin pointwise chain holds its steps' weights, so the totals
-    are the same before and after chains are joined."""
+    are the same before and after chains are joined; a resolved grouped convolution's groups
+    hold a slice each (`groups_of`)."""
     ops, tensors = graph.ops, graph.tensors
     packed = constant = 0    # packed in elements ((n + 3) & ~3 is align_up(n, 4))
     for node in nodes:
@@ -94,7 +108,8 @@ def weight_bytes(graph: Graph, nodes: Sequence[GpuNode], precision: str, gpu: Gp
                 if op.type in _CONVOLUTIONS and len(op.inputs) > 1:
                     ins = op.inputs
                     o, kh, kw, c = tensors[ins[1]].shape
-                    packed += o * kh * kw * ((c + 3) & ~3)
+                    groups = groups_of(graph, node, op) if node.part else 1
+                    packed += o // groups * kh * kw * ((c + 3) & ~3)
                     if len(ins) > 2 and ins[2] >= 0:
-                        packed += (prod(tensors[ins[2]].shape) + 3) & ~3
+                        packed += (prod(tensors[ins[2]].shape) // groups + 3) & ~3
     return packed * ELEMENT_BYTES[precision], constant

@@ -4,7 +4,8 @@ Times, on the same fresh graphs sampled from search_space/synthetic_cnn.yaml (bu
 not timed): `predict_many` alone, `memory_totals` alone (the arena plan, XNNPACK workspace and
 packed weights; no per-op rows) and `predict_many_with_memory` (both), in CPU seconds
 (`time.process_time`) and graphs per second: the median over rounds, each of which runs every
-case once.
+case once (every other round in reverse order); and the ratio of latency alone to both within
+each round (median and quartiles over the rounds).
 
 Run: .venv/bin/python benchmarks/memory_speed.py [--predictor DIR] [--graphs 2000]
      [--repeats 7] [--target h100/gpu/fp16 | h100/cuda/fp16 | ...] [--new-architectures]
@@ -60,10 +61,12 @@ def main() -> None:
                  lambda g: predict_many_with_memory(model, g, allow_fallback=True)}
     # Interleaved rounds (each case once per round, on fresh graphs): this VM's speed drifts by
     # 5-15% within minutes, which separate blocks of repeats per case read as a difference.
+    # Every other round runs the cases in reverse, so no case always comes first.
     cpu: dict[str, list[float]] = {name: [] for name in cases}
     count: dict[str, list[int]] = {name: [] for name in cases}
     for r in range(args.repeats):
-        for k, (name, fn) in enumerate(cases.items()):
+        order = list(enumerate(cases.items()))
+        for k, (name, fn) in order if r % 2 == 0 else reversed(order):
             if args.new_architectures:
                 archs = _architectures(args, seed=1000 + r * len(cases) + k)
             graphs = [build_graph(a) for a in archs]
@@ -75,13 +78,19 @@ def main() -> None:
             del graphs
     rate = {}
     which = "new architectures each" if args.new_architectures else "the same architectures in"
+    per_graph = {name: [t / n for t, n in zip(cpu[name], count[name])] for name in cases}
     for name in cases:
-        per_graph = statistics.median(t / n for t, n in zip(cpu[name], count[name]))
-        rate[name] = 1.0 / per_graph
-        print(f"{name}: median {1e3 * per_graph:.2f} ms CPU a graph = {rate[name]:,.0f} "
+        rate[name] = 1.0 / statistics.median(per_graph[name])
+        print(f"{name}: median {1e3 / rate[name]:.2f} ms CPU a graph = {rate[name]:,.0f} "
               f"graphs/s ({args.repeats} interleaved rounds, {which} round)", flush=True)
     both, alone = rate["both (predict_many_with_memory)"], rate["latency (predict_many)"]
-    print(f"with memory / latency alone: {both / alone:.0%}")
+    # the two cases of one round ran minutes apart at most: their ratio drifts less
+    paired = sorted(a / b for a, b in zip(per_graph["latency (predict_many)"],
+                                          per_graph["both (predict_many_with_memory)"]))
+    q1, med, q3 = (statistics.quantiles(paired, n=4) if len(paired) > 1
+                   else [paired[0]] * 3)
+    print(f"with memory / latency alone: {both / alone:.0%} (per round: median {med:.0%}, "
+          f"quartiles {q1:.0%}-{q3:.0%})")
 
 
 def _architectures(args, seed: int) -> list:

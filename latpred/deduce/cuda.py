@@ -28,7 +28,7 @@ its latency is the sum of the CUDA kernels its ops launch, and `Kernel.rule` lis
 from __future__ import annotations
 
 from latpred.deduce.kernel import Kernel
-from latpred.deduce.optypes import _groups, kernel_type
+from latpred.deduce.optypes import conv_groups, kernel_type
 from latpred.deduce.rulesets import CudaRuleSet
 from latpred.graph import Graph, Op
 
@@ -67,7 +67,7 @@ def launches(graph: Graph, index: int) -> tuple[str, ...]:
     if t in VIEW_OPS:
         return ()
     if t == "CONV_2D":
-        main = "grouped_conv" if _groups(graph, op) > 1 else "conv"
+        main = "grouped_conv" if conv_groups(graph, op) > 1 else "conv"
         return (main,) + (("bias",) if _has_bias(op) else ()) + _act(op)
     if t == "DEPTHWISE_CONV_2D":
         return ("dwconv",) + (("bias",) if _has_bias(op) else ()) + _act(op)

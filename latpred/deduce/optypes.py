@@ -40,7 +40,7 @@ TENSOR_DEPENDENT = frozenset({"CONV_2D"})
 
 def kernel_type(graph: Graph, op: Op) -> str:
     """The kernel type of `op` run as a single kernel; a grouped CONV_2D is `grouped_conv2d`."""
-    if op.type == "CONV_2D" and _groups(graph, op) > 1:
+    if op.type == "CONV_2D" and conv_groups(graph, op) > 1:
         return "grouped_conv2d"
     if op.type in ACTIVATION_OPS:
         return "activation"
@@ -53,10 +53,11 @@ def channelwise(graph: Graph, op: Op) -> bool:
     """A grouped CONV_2D whose every group reads one channel and writes one (a depthwise
     convolution written as CONV_2D with groups = channels)."""
     return graph.tensors[op.inputs[1]].shape[-1] == 1 and \
-        graph.tensors[op.inputs[1]].shape[0] == _groups(graph, op)
+        graph.tensors[op.inputs[1]].shape[0] == conv_groups(graph, op)
 
 
-def _groups(graph: Graph, op: Op) -> int:
+def conv_groups(graph: Graph, op: Op) -> int:
+    """A CONV_2D's group count: its `groups` attribute, else input channels / the filter's."""
     # A throwaway dict, not `op.attr`: caching one on each of 100,000 NAS candidates' convolutions
     # costs more (memory, and the garbage collections those objects trigger) than it saves.
     groups = dict(op.attrs).get("groups")

@@ -31,6 +31,16 @@ THIN_MAX_CONVS = 3         # ThinPointwiseFuser's max_convs_count
 THIN_MAX_BUFFER = 1024 * 3  # its max_buffer_size: bytes of weights and biases together
 
 
+def group_code(part: str) -> int:
+    """A node's role in a resolved grouped convolution, from its `part`: the group codes above
+    (0 for a node in none, and for the groups' concatenation)."""
+    if not part:
+        return 0
+    if part == "group_split":
+        return GROUP_SPLIT
+    return GROUP_CONV if part.startswith("group") and part != "group_concat" else 0
+
+
 @njit(cache=True)
 def _local(t, n_graph):
     return t if t >= 0 else n_graph - 1 - t

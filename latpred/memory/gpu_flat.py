@@ -25,7 +25,7 @@ import numpy as np
 
 from latpred.deduce.fusion import GpuNode
 from latpred.deduce.gpu import delegated_nodes
-from latpred.deduce.optypes import bhwc
+from latpred.deduce.optypes import bhwc, conv_groups
 from latpred.graph import _ITEMSIZE, Graph
 from latpred.memory.arena import align_up
 from latpred.memory import gpu_compiled as gc
@@ -38,15 +38,6 @@ _TENSORS, _TYPE, _CONST = attrgetter("tensors"), attrgetter("type"), attrgetter(
 _PART = attrgetter("part")
 _WIDE_TYPES = frozenset({"concat", "split"})     # what `wide_chains` can break up
 _CODE = {"conv2d": gc.CONV, "dwconv2d": gc.DWCONV}
-
-
-def group_code(part: str) -> int:
-    """A node's role in a resolved grouped convolution (`gpu_compiled`'s group codes)."""
-    if not part:
-        return 0
-    if part == "group_split":
-        return gc.GROUP_SPLIT
-    return gc.GROUP_CONV if part.startswith("group") and part != "group_concat" else 0
 
 
 @lru_cache(maxsize=1 << 14)
@@ -132,7 +123,7 @@ def _concat_sources(graph: Graph, node: GpuNode, at_most: int) -> int:
     input count where that is `at_most` or fewer: then so are the sources)."""
     op = graph.ops[node.ops[0]]
     if node.part == "group_concat":
-        return graph.tensors[op.inputs[0]].shape[-1] // graph.tensors[op.inputs[1]].shape[-1]
+        return conv_groups(graph, op)
     if len(op.inputs) <= at_most:
         return len(op.inputs)
     return sum(1 for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant)
@@ -215,7 +206,7 @@ class FlatParts:
         self.ntype += map(_CODE.get, types, repeat(0))
         parts = list(map(_PART, nodes))      # "" but in a resolved grouped convolution
         if any(parts):
-            self.group += [(base + k, group_code(p)) for k, p in enumerate(parts) if p]
+            self.group += [(base + k, gc.group_code(p)) for k, p in enumerate(parts) if p]
         # thin chain steps only where a chain can start or go on: a convolution or depthwise
         # node followed by a convolution node, the latter only after a first or later step
         # (thin_chains reads no other)

@@ -13,10 +13,11 @@ from math import prod
 from typing import Sequence
 
 from latpred.deduce.fusion import GpuNode
-from latpred.deduce.optypes import bhwc
+from latpred.deduce.optypes import bhwc, conv_groups
 from latpred.device_profile import GpuSpec
 from latpred.graph import Graph
 from latpred.memory.arena import align_up
+from latpred.memory.gpu_compiled import GROUP_CONV, group_code
 
 ELEMENT_BYTES = {"fp16": 2, "fp32": 4}
 CONSTANT_TYPES = frozenset({"winograd_matmul", "fc"})    # the nodes `constant_bytes` counts
@@ -31,10 +32,7 @@ def groups_of(graph: Graph, node: GpuNode, op) -> int:
     convolution gets weights OHWI(dst_group_size, kh, kw, src_group_size) and a bias of
     dst_group_size, where groups = input channels / the weights' I; google-ai-edge/LiteRT
     ml_drift_delegate/tflite/convert/convert_conv.cc @ 924eb524); 1 for any other node."""
-    part = node.part
-    if not part.startswith("group") or part in ("group_split", "group_concat"):
-        return 1
-    return graph.tensors[op.inputs[0]].shape[-1] // graph.tensors[op.inputs[1]].shape[-1]
+    return conv_groups(graph, op) if group_code(node.part) == GROUP_CONV else 1
 
 
 def constant_bytes(graph: Graph, node: GpuNode, precision: str, gpu: GpuSpec) -> int:
@@ -108,7 +106,7 @@ def weight_bytes(graph: Graph, nodes: Sequence[GpuNode], precision: str, gpu: Gp
                 if op.type in _CONVOLUTIONS and len(op.inputs) > 1:
                     ins = op.inputs
                     o, kh, kw, c = tensors[ins[1]].shape
-                    groups = groups_of(graph, node, op) if node.part else 1
+                    groups = groups_of(graph, node, op)
                     packed += o // groups * kh * kw * ((c + 3) & ~3)
                     if len(ins) > 2 and ins[2] >= 0:
                         packed += (prod(tensors[ins[2]].shape) // groups + 3) & ~3

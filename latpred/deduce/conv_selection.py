@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from latpred.deduce.optypes import conv_groups
 from latpred.graph import Graph, Op
 from latpred.device_profile import GpuSpec
 
@@ -47,12 +48,12 @@ class ConvGeom:
 
 def conv_geom(graph: Graph, op: Op) -> ConvGeom:
     n, in_h, in_w, cin = graph.tensors[op.inputs[0]].shape
-    cout, kh, kw, fin = graph.tensors[op.inputs[1]].shape
+    cout, kh, kw, _ = graph.tensors[op.inputs[1]].shape
     _, out_h, out_w, _ = graph.tensors[op.outputs[0]].shape
-    groups = op.attr("groups", None) or max(1, cin // max(1, fin))
     return ConvGeom(n, in_h, in_w, cin, cout, kh, kw, out_h, out_w,
                     tuple(op.attr("stride", (1, 1))), tuple(op.attr("dilation", (1, 1))),
-                    groups, op.attr("padding", "VALID") == "SAME" and (kh > 1 or kw > 1))
+                    conv_groups(graph, op),
+                    op.attr("padding", "VALID") == "SAME" and (kh > 1 or kw > 1))
 
 
 @dataclass(frozen=True)

@@ -295,8 +295,10 @@ def test_request_templates_give_each_graph_its_own_peak():
     (`cuda_requests`): across graphs, calls (the second finds every op known), precisions,
     batch 32 and with the latency pass's interned tensors, each peak stays `simulate`'s.
     Two TRANSPOSEs alike in shapes but for the permutation (a tensor's value) are told apart:
-    one is a view (nothing allocated), the other a copy."""
+    one is a view (nothing allocated), the other a copy. Keyed by the latency batch's kernel
+    configurations, the peaks are the same."""
     from latpred import zoo
+    from latpred.memory import cuda_requests
     from latpred.memory.cuda import batch_peaks
     from latpred.predictors.batch import featurize
     from latpred.sampler import sample
@@ -316,6 +318,15 @@ def test_request_templates_give_each_graph_its_own_peak():
     fb = featurize(graphs, kernels, target, lambda t: (t, ("flops",)))
     want = [simulate(g, "fp16")["peak"] for g in graphs]
     assert batch_peaks(graphs, "fp16", 1, tensors=fb).tolist() == want
+    # keyed by the batch's configurations (the zoo's views: ops of two-op kernels, keyed alone)
+    assert any(len(k.ops) > 1 for ks in kernels for k in ks)
+    cuda_requests._TEMPLATES.clear()          # every configuration new again
+    cuda_requests._TENSORS.clear()
+    for _ in range(2):
+        assert batch_peaks(graphs, "fp16", 1, tensors=fb, kernels=kernels).tolist() == want
+    # a batch size the latency pass did not see: each op keyed from its resized tensors
+    want = [simulate(g, "fp16", 32)["peak"] for g in graphs]
+    assert batch_peaks(graphs, "fp16", 32, tensors=fb, kernels=kernels).tolist() == want
 
 
 def latpred_deduce(graph, target):

@@ -108,7 +108,8 @@ def simulate(graph: Graph, precision: str, batch: int = 1, workspace=None, scrat
             "per_op": per_op, "out_bytes": out_bytes}
 
 
-def batch_peaks(graphs, precision: str, batch: int = 1, tensors=None) -> np.ndarray:
+def batch_peaks(graphs, precision: str, batch: int = 1, tensors=None, kernels=None
+                ) -> np.ndarray:
     """`simulate(graph, precision, batch)["peak"]` of each graph, without the per-kind and
     per-op figures (`memory_totals`): the same requests (`cuda_requests`, each op's worked
     out once per configuration), replayed for the whole batch by the compiled allocator
@@ -117,7 +118,7 @@ def batch_peaks(graphs, precision: str, batch: int = 1, tensors=None) -> np.ndar
     from latpred.memory.compiled_cuda_alloc import batch_peaks as replay
     from latpred.memory.cuda_requests import batch_requests
 
-    return replay(*batch_requests(graphs, _ELEM[precision], batch, tensors))
+    return replay(*batch_requests(graphs, _ELEM[precision], batch, tensors, kernels))
 
 
 def predict_cuda(graph: Graph, target) -> MemoryPrediction:

@@ -5,22 +5,26 @@ A NAS batch meets the same op configurations again and again, so each op's share
 requests (`torch_plan.load_requests` and `forward_requests`: the sizes it allocates, what it
 frees) is worked out once per configuration and kept as a template: the op's type, attributes
 and tensors (shape, dtype, constness, kept value, quantized or not: all the rules read) name
-it. Per graph, Python only looks the templates up; a compiled loop lays them out in
-`simulate`'s order (every op's load, the inputs, every op's forward) with storage ids, for the
-compiled allocator. The latency pass's interned tensors (`predictors.batch.FeatureBatch`),
-where given, spare describing each tensor again.
+it. Python only looks the templates up; a compiled loop lays them out in `simulate`'s order
+(every op's load, the inputs, every op's forward) with storage ids, for the compiled
+allocator. Given the latency pass's `predictors.batch.FeatureBatch` and kernels
+(memory-aware NAS), an op that is a kernel of its own is keyed once per latency configuration
+(the batch's key reads all the template key does), not once per op: 500 synthetic models
+share ~5,900 configurations among ~15,000 ops. The other ops (views joined to their reader's
+kernel) are keyed one by one, their tensors described by the batch's interned ones.
 """
 
 from __future__ import annotations
 
 import threading
+from itertools import chain
 from math import prod
 
 import numpy as np
 from numba import njit
 
-from latpred.graph import Graph
 from latpred.memory import cuda_workspace
+from latpred.memory.flat_arrays import op_configs, op_offsets
 from latpred.memory.torch_plan import forward_requests, load_requests
 
 _CAP = 1 << 17                   # templates (and tensor descriptions) kept; then cleared
@@ -75,10 +79,11 @@ _TENSORS: dict[tuple, int] = {}      # a tensor's description -> an id kept acro
 _LOCK = threading.Lock()
 
 
-def batch_requests(graphs, elem: int, batch: int, tensors=None
+def batch_requests(graphs, elem: int, batch: int, tensors=None, kernels=None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(sizes or FREE, storage ids, each graph's first request, each graph's load length) of
-    `graphs` at `batch` in `elem`-byte elements; `tensors`: the graphs' FeatureBatch."""
+    `graphs` at `batch` in `elem`-byte elements; `tensors`: the graphs' FeatureBatch, and
+    `kernels`: the graphs' kernels it was built from."""
     from latpred.pytorch.batch import with_batch
 
     with _LOCK:
@@ -86,27 +91,34 @@ def batch_requests(graphs, elem: int, batch: int, tensors=None
             _TENSORS.clear()          # template keys name tensors by these ids: both go
             _TEMPLATES.clear()
         store = _TEMPLATES.setdefault(elem, _Templates())
+        sized = [with_batch(g, batch) for g in graphs]
+        g_ops = op_offsets(sized)
+        tpl_ids = np.full(g_ops[-1], -1, np.int64)
+        new: dict[tuple, tuple] = {}    # configurations not yet known: (graph, op)
         shared = None if tensors is None else _tensor_ids(tensors.tensor_keys)
-        tpl_ids: list[int] = []
-        new: dict[tuple, tuple] = {}    # configurations not yet known: (graph, op, positions)
-        op_ptr = [0]
-        in_sizes: list[int] = []
-        in_ptr = [0]
-        for k, graph in enumerate(graphs):
-            g = with_batch(graph, batch)
-            if shared is not None and g is graph:
-                ids = [shared[i] for i in tensors.tensor_ids[k]]   # [-1]: -1, index -1's
-            else:
-                ids = _tensor_ids([(t.shape, t.dtype, t.is_constant, t.value,
-                                    t.quantization is not None) for t in g.tensors])
-            _op_templates(g, ids.__getitem__, store, tpl_ids, new)
-            op_ptr.append(len(tpl_ids))
-            in_sizes += [prod(g.tensors[i].shape) * elem for i in g.inputs]
-            in_ptr.append(len(in_sizes))
-        _add_new(new, store, elem, tpl_ids)
-        return _lay_out(np.array(tpl_ids, np.int64), np.array(op_ptr, np.int64),
-                        np.array(in_sizes, np.int64), np.array(in_ptr, np.int64),
-                        store.sizes, store.refs, store.meta)
+        left = np.ones(len(tpl_ids), np.bool_)      # ops whose template is still to find
+        by_config = None
+        if shared is not None and kernels is not None:
+            cfg = op_configs(kernels, tensors, g_ops)
+            resized = np.repeat([s is not g for s, g in zip(sized, graphs)], np.diff(g_ops))
+            cfg[resized] = -1       # another batch size: other tensors than the batch's
+            by_config = _config_keys(cfg, sized, g_ops, tensors.tensor_ids, shared, store, new)
+            left = cfg < 0
+        pos, found, unknown = _op_by_op(left, sized, graphs, g_ops, tensors, shared, store,
+                                        new)
+        _add_new(new, store, elem)
+        if by_config is not None:
+            inverse, per_config, unknown_config = by_config
+            _resolve(per_config, unknown_config, store)
+            tpl_ids[~left] = np.array(per_config, np.int64)[inverse]
+        _resolve(found, unknown, store)
+        tpl_ids[slice(None) if pos is None else pos] = found
+        in_sizes = [[prod(g.tensors[i].shape) * elem for i in g.inputs] for g in sized]
+        in_ptr = np.zeros(len(sized) + 1, np.int64)
+        np.cumsum([len(v) for v in in_sizes], out=in_ptr[1:])
+        return _lay_out(tpl_ids, g_ops, np.fromiter(chain.from_iterable(in_sizes), np.int64,
+                                                    int(in_ptr[-1])),
+                        in_ptr, store.sizes, store.refs, store.meta)
 
 
 def _tensor_ids(descriptions) -> list[int]:
@@ -116,32 +128,91 @@ def _tensor_ids(descriptions) -> list[int]:
     return [put(d, len(_TENSORS)) for d in descriptions] + [-1]
 
 
-def _op_templates(g: Graph, id_of, store: _Templates, out: list[int], new: dict) -> None:
-    """Append the template of each of the graph's ops to `out`; a configuration not yet
-    known gets a place-holder, its position noted in `new`."""
+def _op_by_op(left: np.ndarray, sized, graphs, g_ops: np.ndarray, tensors, shared, store,
+              new: dict) -> tuple[list[int] | None, list[int], list[tuple[int, tuple]]]:
+    """The templates of the ops `left` marks, keyed one by one (type, attributes, its tensors'
+    ids): their positions (None: every op), their templates (-1 for a configuration not yet known, noted in
+    `new`), and (place, key) of those."""
     find = store.index.get
-    for op in g.ops:
-        key = (op.type, op.attrs, *map(id_of, op.inputs), -2, *map(id_of, op.outputs))
+    pos: list[int] = []
+    found: list[int] = []
+    unknown: list[tuple[int, tuple]] = []
+    every = bool(left.all())
+    for k in range(len(sized)) if every else np.unique(np.searchsorted(g_ops, np.flatnonzero(left), "right") - 1).tolist():
+        g = sized[k]
+        if shared is not None and g is graphs[k]:
+            ids = [shared[i] for i in tensors.tensor_ids[k]]   # [-1]: -1, index -1's
+        else:
+            ids = _tensor_ids([(t.shape, t.dtype, t.is_constant, t.value,
+                                t.quantization is not None) for t in g.tensors])
+        id_of, first, last = ids.__getitem__, int(g_ops[k]), int(g_ops[k + 1])
+        if every:
+            ops = g.ops
+        else:
+            js = np.flatnonzero(left[first:last]).tolist()
+            ops = [g.ops[j] for j in js]
+            pos += [first + j for j in js]
+        for op in ops:
+            key = (op.type, op.attrs, *map(id_of, op.inputs), -2, *map(id_of, op.outputs))
+            t = find(key)
+            if t is None:
+                t = _unknown(key, g, op, new, unknown, len(found))
+            found.append(t)
+    return (None if every else pos), found, unknown
+
+
+def _config_keys(cfg: np.ndarray, graphs, g_ops: np.ndarray, tensor_ids, shared: list[int],
+                 store: _Templates, new: dict
+                 ) -> tuple[np.ndarray, list[int], list[tuple[int, tuple]]]:
+    """The templates of the ops of single-op kernels (`cfg` >= 0), each looked up once per
+    latency configuration: the latency pass's configuration key reads all the template key
+    does (the op's type and attributes, its tensors' interned descriptions), so ops of one
+    configuration share a template. Returns, for those ops in order, which configuration is
+    theirs (`inverse`), per configuration its template (-1 for one not yet known, noted in
+    `new`), and (place, key) of those."""
+    known = np.flatnonzero(cfg >= 0)
+    _, first, inverse = np.unique(cfg[known], return_index=True, return_inverse=True)
+    first = known[first]
+    graph_of = (np.searchsorted(g_ops, first, "right") - 1).tolist()
+    starts = g_ops.tolist()
+    find = store.index.get
+    found: list[int] = []
+    unknown: list[tuple[int, tuple]] = []
+    for pos, k in zip(first.tolist(), graph_of):   # once per configuration: inline
+        tid, g = tensor_ids[k], graphs[k]
+        op = g.ops[pos - starts[k]]
+        key = (op.type, op.attrs, *[shared[tid[i]] for i in op.inputs], -2,
+               *[shared[tid[i]] for i in op.outputs])
         t = find(key)
         if t is None:
-            seen = new.get(key)
-            if seen is None:
-                seen = new[key] = (g, op, [])
-            seen[2].append(len(out))
-            t = -1
-        out.append(t)
+            t = _unknown(key, g, op, new, unknown, len(found))
+        found.append(t)
+    return inverse.reshape(-1), found, unknown
 
 
-def _add_new(new: dict, store: _Templates, elem: int, tpl_ids: list[int]) -> None:
+def _unknown(key: tuple, g, op, new: dict, unknown: list, place: int) -> int:
+    """Note a key no template has yet: in `new` (with the graph and op that make it, once) and
+    in `unknown` (with its place); -1 holds the place."""
+    if key not in new:
+        new[key] = (g, op)
+    unknown.append((place, key))
+    return -1
+
+
+def _resolve(found: list[int], unknown: list[tuple[int, tuple]], store: _Templates) -> None:
+    """Fill the places of keys made since (`_add_new`) with their templates."""
+    index = store.index
+    for place, key in unknown:
+        found[place] = index[key]
+
+
+def _add_new(new: dict, store: _Templates, elem: int) -> None:
     """Make the templates of the batch's new configurations, their convolutions' cuDNN
     workspaces worked out together (one estimator call for those the table lacks)."""
     cuda_workspace.prefetch_workspaces(
-        [(g, op) for g, op, _ in new.values() if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D")],
+        [(g, op) for g, op in new.values() if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D")],
         elem)
-    made = store.add([(key, g, op) for key, (g, op, _) in new.items()], elem)
-    for t, (_, _, positions) in zip(made, new.values()):
-        for k in positions:
-            tpl_ids[k] = t
+    store.add([(key, g, op) for key, (g, op) in new.items()], elem)
 
 
 @njit(cache=True)

@@ -101,9 +101,9 @@ def _with_memory(model: Any, graphs: Sequence[Graph], kernels: str, allow_fallba
     if t.processor == "cuda":
         from latpred.memory.cuda import batch_peaks
 
-        # the latency batch's interned tensors key each op's requests (`batch_peaks`)
-        preds, graphs, _, batch = batched(graphs, allow_fallback=allow_fallback)
-        return preds, batch_peaks(graphs, t.precision, t.batch, tensors=batch)
+        # the latency batch's configurations key each op's requests (`batch_peaks`)
+        preds, graphs, deduced, batch = batched(graphs, allow_fallback=allow_fallback)
+        return preds, batch_peaks(graphs, t.precision, t.batch, tensors=batch, kernels=deduced)
     if t.processor == "gpu":
         from latpred.memory.gpu_flat import delegate_totals
 

@@ -16,8 +16,7 @@ every total equals `memory_totals`' (scripts/memory_fast_check.py).
 from __future__ import annotations
 
 from functools import cache
-from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any, Callable, Collection, NamedTuple, Sequence
 
 import numpy as np
@@ -31,7 +30,7 @@ from latpred.memory import xnnpack_partition as partition
 from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs
 from latpred.memory.flat_arrays import (Tensors, Wiring, _csr, batch_tensors, graph_tensors,
-                                       model_bytes, op_offsets, per_graph)
+                                       model_bytes, op_configs, op_offsets, per_graph)
 from latpred.memory.host_cpu import (OVERHEAD_EIGHT_BIT_FIXED, OVERHEAD_FIXED,
                                      OVERHEAD_PER_TENSOR, transient)
 from latpred.deduce.prepare import PREPARE_FOLDS, REDUCE
@@ -104,17 +103,6 @@ def _facts(op: Any) -> tuple[bool, bool, bool]:
     return facts
 
 
-def _op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
-    """Each op's kernel configuration (-1: an op of a several-op kernel), as `batch_configs`."""
-    k_ops = list(chain.from_iterable(map(lambda ks: map(_OPS, ks), kernels)))
-    single = np.fromiter(map(len, k_ops), np.int64, len(k_ops)) == 1
-    first = np.fromiter(map(itemgetter(0), k_ops), np.int64, len(k_ops))
-    graph_start = np.repeat(g_ops[:-1], [len(ks) for ks in kernels])
-    out = np.full(g_ops[-1], -1, np.int64)
-    out[graph_start[single] + first[single]] = batch.config[single]
-    return out
-
-
 class Planned(NamedTuple):
     """`compiled_graph.plan_batch` over a batch: per graph (covered, arena, workspace,
     regrowth), per op whether XNNPACK takes it, and the flat arrays it read."""
@@ -168,7 +156,7 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     graphs planned as their int8 models, `flat_int8`)."""
     tensors, key_ids = batch_tensors(graphs, batch)
     g_ops = op_offsets(graphs)
-    op_cfg = _op_configs(kernels, batch, g_ops)
+    op_cfg = op_configs(kernels, batch, g_ops)
     wiring = wiring or Wiring().walk(graphs)
     retype, layouts = None, []
     if int8:

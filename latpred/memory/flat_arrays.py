@@ -37,6 +37,19 @@ def op_offsets(graphs: Sequence[Graph]) -> np.ndarray:
     return _ptr(map(len, map(_OPS, graphs)))
 
 
+def op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
+    """Each op's configuration in the latency pass's FeatureBatch `batch` of the graphs'
+    `kernels`, all graphs' ops in a row (`g_ops`: `op_offsets`); -1 for an op of a several-op
+    kernel or of none."""
+    k_ops = list(chain.from_iterable(map(lambda ks: map(_OPS, ks), kernels)))
+    single = np.fromiter(map(len, k_ops), np.int64, len(k_ops)) == 1
+    first = np.fromiter(map(itemgetter(0), k_ops), np.int64, len(k_ops))
+    graph_start = np.repeat(g_ops[:-1], [len(ks) for ks in kernels])
+    out = np.full(g_ops[-1], -1, np.int64)
+    out[graph_start[single] + first[single]] = batch.config[single]
+    return out
+
+
 def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
     """Offsets and concatenated values of a list of int sequences."""
     ptr = _ptr(map(len, lists))

@@ -131,14 +131,16 @@ def _tensor_ids(descriptions) -> list[int]:
 def _op_by_op(left: np.ndarray, sized, graphs, g_ops: np.ndarray, tensors, shared, store,
               new: dict) -> tuple[list[int] | None, list[int], list[tuple[int, tuple]]]:
     """The templates of the ops `left` marks, keyed one by one (type, attributes, its tensors'
-    ids): their positions (None: every op), their templates (-1 for a configuration not yet known, noted in
-    `new`), and (place, key) of those."""
+    ids): their positions (None: every op), their templates (-1 for a configuration not yet
+    known, noted in `new`), and (place, key) of those."""
     find = store.index.get
     pos: list[int] = []
     found: list[int] = []
     unknown: list[tuple[int, tuple]] = []
     every = bool(left.all())
-    for k in range(len(sized)) if every else np.unique(np.searchsorted(g_ops, np.flatnonzero(left), "right") - 1).tolist():
+    graphs_left = range(len(sized)) if every else \
+        np.unique(np.searchsorted(g_ops, np.flatnonzero(left), "right") - 1).tolist()
+    for k in graphs_left:
         g = sized[k]
         if shared is not None and g is graphs[k]:
             ids = [shared[i] for i in tensors.tensor_ids[k]]   # [-1]: -1, index -1's

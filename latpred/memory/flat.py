@@ -37,7 +37,7 @@ from latpred.deduce.prepare import PREPARE_FOLDS, REDUCE
 from latpred.memory.litert_builtin import set_tensor_table
 from latpred.memory.litert_plan import INPLACE
 
-_OPS, _INPUTS, _OUTPUTS = attrgetter("ops"), attrgetter("inputs"), attrgetter("outputs")
+_INPUTS, _OUTPUTS = attrgetter("inputs"), attrgetter("outputs")
 _FLAGS: dict[str, int] = {}
 _ATTR_FACTS: dict[tuple, tuple[bool, bool, bool]] = {}
 OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (not a planner bit)

@@ -318,9 +318,12 @@ def test_measure_batch_times_real_models_round_robin():
     assert small.ok and ref.ok and not bad.ok and bad.error
     assert 4 <= len(small.plain_us) <= 5 and small.stopped in ("stable", "cap")
     assert small.op_us[0].shape[1] == len(small.op_keys) >= 3
-    # the profiler's operators cover most of a plain run of the (4 ms) reference; fastest runs
-    # over all rounds, since a busy host slows whole blocks
-    ratio = min(o.sum(axis=1).min() for o in ref.op_us) / min(p.min() for p in ref.plain_us)
+    # the profiler's operators cover most of a plain run of the (4 ms) reference: per round the
+    # fastest profiled run's op sum over the fastest plain run of the same round (adjacent in
+    # time), the median over rounds, since a busy host slows whole blocks (the fastest runs
+    # over all rounds read 1.24 once on a loaded VM: the profiled blocks all hit by the load)
+    ratio = float(np.median([o.sum(axis=1).min() / p.min()
+                             for o, p in zip(ref.op_us, ref.plain_us)]))
     assert 0.5 < ratio < 1.1
 
 

@@ -17,14 +17,13 @@ kernel) are keyed one by one, their tensors described by the batch's interned on
 from __future__ import annotations
 
 import threading
-from itertools import chain
 from math import prod
 
 import numpy as np
 from numba import njit
 
 from latpred.memory import cuda_workspace
-from latpred.memory.flat_arrays import op_configs, op_offsets
+from latpred.memory.flat_arrays import _csr, op_configs, op_offsets
 from latpred.memory.torch_plan import forward_requests, load_requests
 
 _CAP = 1 << 17                   # templates (and tensor descriptions) kept; then cleared
@@ -113,12 +112,9 @@ def batch_requests(graphs, elem: int, batch: int, tensors=None, kernels=None
             tpl_ids[~left] = np.array(per_config, np.int64)[inverse]
         _resolve(found, unknown, store)
         tpl_ids[slice(None) if pos is None else pos] = found
-        in_sizes = [[prod(g.tensors[i].shape) * elem for i in g.inputs] for g in sized]
-        in_ptr = np.zeros(len(sized) + 1, np.int64)
-        np.cumsum([len(v) for v in in_sizes], out=in_ptr[1:])
-        return _lay_out(tpl_ids, g_ops, np.fromiter(chain.from_iterable(in_sizes), np.int64,
-                                                    int(in_ptr[-1])),
-                        in_ptr, store.sizes, store.refs, store.meta)
+        in_ptr, in_sizes = _csr([[prod(g.tensors[i].shape) * elem for i in g.inputs]
+                                 for g in sized])
+        return _lay_out(tpl_ids, g_ops, in_sizes, in_ptr, store.sizes, store.refs, store.meta)
 
 
 def _tensor_ids(descriptions) -> list[int]:

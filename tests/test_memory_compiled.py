@@ -161,7 +161,7 @@ def test_signature_from_interned_tensors_is_the_operator_signature():
 
     graphs = _graphs(8)
     batch = _batch(graphs)
-    tensors, key_ids = flat.batch_tensors(graphs, batch)
+    tensors, key_ids, _ = flat.batch_tensors(graphs, batch)
     planned = flat.plan(graphs, tensors)
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
     shapes = flat._Shapes(batch.tensor_keys, key_ids, tensors.g_tens, graph_of)
@@ -259,7 +259,7 @@ def test_compiled_sizer_is_the_python_per_op_sizes():
 
     graphs = _graphs(10)
     batch = _batch(graphs)
-    tensors, key_ids = flat.batch_tensors(graphs, batch)
+    tensors, key_ids, _ = flat.batch_tensors(graphs, batch)
     planned = flat.plan(graphs, tensors)
     keys = batch.tensor_keys
 

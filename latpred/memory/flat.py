@@ -15,7 +15,6 @@ every total equals `memory_totals`' (scripts/memory_fast_check.py).
 
 from __future__ import annotations
 
-from functools import cache
 from operator import attrgetter
 from typing import Any, Callable, Collection, NamedTuple, Sequence
 
@@ -154,7 +153,7 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     """`memory_totals(graphs)` with XNNPACK, from a FeatureBatch of the graphs' `kernels`
     (`wiring`: their ops, recorded while the batch was built; `int8`: on an int8 target, float
     graphs planned as their int8 models, `flat_int8`)."""
-    tensors, key_ids = batch_tensors(graphs, batch)
+    tensors, key_ids, key_dims = batch_tensors(graphs, batch)
     g_ops = op_offsets(graphs)
     op_cfg = op_configs(kernels, batch, g_ops)
     wiring = wiring or Wiring().walk(graphs)
@@ -172,14 +171,8 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     keys = batch.tensor_keys
     shapes = _Shapes(keys, key_ids, tensors.g_tens, graph_of)
 
-    @cache
-    def key_dims() -> np.ndarray:
-        # all the batch's interned shapes at once: the sized ops read ~90% of them, and one
-        # pass over them costs half of picking the ones read (np.unique and a gather)
-        return cb.dims_rows([k[0] for k in keys])
-
     def dims(flat: np.ndarray) -> np.ndarray:
-        return key_dims()[key_ids[flat]]
+        return key_dims[key_ids[flat]]
 
     def buffers(j: int) -> int:
         sig = shapes.signature(j, planned.ops[j])

@@ -355,6 +355,7 @@ def test_auto_blends_a_type_towards_its_scratch_fit_where_the_source_misses_its_
 
 
 def test_blended_regressor_mixes_its_parts_on_their_columns_and_round_trips(pair, tmp_path):
+    from latpred.predictors.adapt.auto import type_reach
     from latpred.predictors.adapt.blend import blend_types, scratch_types
     from latpred.predictors.adapt.wrappers import BlendedRegressor
 
@@ -362,26 +363,63 @@ def test_blended_regressor_mixes_its_parts_on_their_columns_and_round_trips(pair
     k, m, _, _ = _split(new_ds, 12)
     adapted = adapt(source, k, m, NEW, "scale").types
     scratch = scratch_types(k, 0)
-    mixed = blend_types(adapted, scratch, {"conv2d": 0.5, "activation": 0.0})
+    reach = type_reach(adapted, source.fallback, k)
+    mixed = blend_types(adapted, scratch, {"conv2d": 0.5, "activation": 0.0}, reach)
     assert mixed["pool"] is adapted["pool"]                        # weight 1 (by default)
-    assert mixed["activation"].regressor is scratch["activation"].regressor   # weight 0
     fit = mixed["conv2d"]
     assert isinstance(fit.regressor, BlendedRegressor)
-    rows = k[k["kernel_type"] == "conv2d"]
+    assert fit.metrics["blend_reach_ms"] == reach["conv2d"]
 
-    def pred(f):
+    def pred(f, ktype="conv2d"):
+        rows = k[k["kernel_type"] == ktype]
         return f.regressor.predict(rows[["f_" + c for c in f.features]].to_numpy(float))
 
+    # on the rows the scratch fits learned from (within their reach): the plain mixture
+    assert pred(mixed["activation"], "activation") == pytest.approx(
+        pred(scratch["activation"], "activation"), rel=1e-12)                  # weight 0
     want = 0.5 * pred(adapted["conv2d"]) + 0.5 * pred(scratch["conv2d"])
     assert pred(fit) == pytest.approx(want, rel=1e-12)
     data, params = fit.regressor.export()
     back = BlendedRegressor.restore(data, params)
-    X = rows[["f_" + c for c in fit.features]].to_numpy(float)
+    X = k[k["kernel_type"] == "conv2d"][["f_" + c for c in fit.features]].to_numpy(float)
     assert back.predict(X) == pytest.approx(fit.regressor.predict(X), rel=1e-12)
+    assert back.reach == reach["conv2d"]
+    doc = json.loads(data)
+    del doc["reach"]              # an artifact written before the reach existed
+    assert BlendedRegressor.restore(json.dumps(doc).encode(), params).reach == (0.0, np.inf)
     model = dataclasses.replace(adapt(source, k, m, NEW, "scale"), types=mixed)
     model.save(tmp_path / "p")
     loaded = LatencyModel.load(tmp_path / "p").types["conv2d"]
     assert pred(loaded) == pytest.approx(want, rel=1e-12)
+
+
+def test_the_scratch_share_shrinks_outside_the_rows_it_learned_from():
+    """Past the largest (below the smallest) adapted prediction on the scratch fit's rows,
+    its share shrinks as hi / adapted (adapted / lo)."""
+    from latpred.predictors.adapt.wrappers import BlendedRegressor, mixed
+
+    a = np.array([0.5, 1.0, 2.0, 4.0, 8.0, 16.0])
+    s = 2.0 * a
+    got = mixed(a, s, 0.25, (1.0, 4.0))
+    share = np.array([0.5, 1.0, 1.0, 1.0, 0.5, 0.25])
+    assert got == pytest.approx(a + 0.75 * share * (s - a))
+    assert mixed(a, s, 0.25, (0.0, np.inf)) == pytest.approx(0.25 * a + 0.75 * s)
+    assert mixed(a, s, 1.0, (1.0, 4.0)) == pytest.approx(a)
+
+    class Const:          # a stand-in regressor: column 0 times a factor
+        def __init__(self, f):
+            self.f = f
+
+        def predict(self, X):
+            return self.f * X[:, 0]
+
+    reg = BlendedRegressor(Const(1.0), [0], Const(2.0), [0], 0.25, (1.0, 4.0))
+    assert reg.predict(a[:, None]) == pytest.approx(got)
+
+
+def _everywhere(n):
+    """A reach (lo and hi rows) that holds every kernel."""
+    return np.array([np.zeros(n), np.full(n, np.inf)])
 
 
 def test_blend_weights_follow_each_types_out_of_fold_kernel_error():
@@ -394,7 +432,7 @@ def test_blend_weights_follow_each_types_out_of_fold_kernel_error():
     adapted = y * np.array([1.0, 1.0, 1.0, 1.3, 0.7, 1.3])   # right on a, off on b
     scratch = y * np.array([1.2, 0.8, 1.2, 1.0, 1.0, 1.0])   # off on a, right on b
     oof = OutOfFold(kernels, pd.DataFrame(), np.zeros(6, int), np.zeros(1, int),
-                    {"scale": adapted}, {"lasso": scratch}, {})
+                    {"scale": adapted}, {"scale": _everywhere(6)}, {"lasso": scratch}, {})
     weights, errors = oof.blend_weights("scale")
     assert weights == {"a": 1.0, "b": 0.0}
     assert errors["b"][0.0] == 0.0 and errors["a"][1.0] == 0.0
@@ -416,7 +454,7 @@ def test_blend_weights_keep_the_adapted_type_where_the_models_disagree_about_the
     even = y * 1.05   # 0.40 in all, against the adapted 1.70: the same 8 models agree
     for scratch, want in ((lucky, 1.0), (even, 0.0)):
         oof = OutOfFold(kernels, pd.DataFrame(), row_model, np.zeros(8, int),
-                        {"scale": adapted}, {"lasso": scratch}, {})
+                        {"scale": adapted}, {"scale": _everywhere(8)}, {"lasso": scratch}, {})
         weights, errors = oof.blend_weights("scale")
         assert weights == {"a": want}
         # either scratch is better in total by far more than the 5% tolerance
@@ -436,7 +474,8 @@ def test_blend_partner_is_the_first_whose_end_to_end_blend_is_within_the_toleran
     adapted = np.full(8, 1.3)
     for gbdt, want in ((np.full(8, 1.0), "gbdt"), (np.full(8, 1.11), "lasso")):
         oof = OutOfFold(kernels, models, np.arange(8), np.zeros(8, int), {"scale": adapted},
-                        {"lasso": np.full(8, 1.1), "gbdt": gbdt}, zero)
+                        {"scale": _everywhere(8)}, {"lasso": np.full(8, 1.1), "gbdt": gbdt},
+                        zero)
         partner, weights, cv, every = oof.choose_blend("scale", "scaled")
         assert partner == want and weights == {"a": 0.0}
         assert set(every) == {"lasso", "gbdt"} and cv == every[want]
@@ -456,7 +495,8 @@ def test_gbdt_partner_fits_trees_where_a_type_has_rows_enough_and_round_trips(pa
     for ktype, n in counts.items():
         assert isinstance(gbdt[ktype].regressor, PercentGBDT) == (n >= PARTNER_GBDT_MIN_ROWS)
     adapted = adapt(source, k, m, NEW, "scale")
-    mixed = blend_types(adapted.types, gbdt, {"conv2d": 0.5})
+    mixed = blend_types(adapted.types, gbdt, {"conv2d": 0.5},
+                        {"conv2d": (0.0, float("inf"))})
     rows = k[k["kernel_type"] == "conv2d"]
     X = rows[["f_" + c for c in mixed["conv2d"].features]].to_numpy(float)
     want = mixed["conv2d"].regressor.predict(X)

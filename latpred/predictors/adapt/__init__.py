@@ -55,7 +55,7 @@ import pandas as pd
 from latpred.errors import PredictorError
 from latpred.predictors.adapt.auto import (OVERHEAD_KINDS, OVERHEAD_SIMPLEST_FIRST,
                                           SIMPLEST_FIRST, choose, cross_validate,
-                                          fit_adapted_overhead)
+                                          fit_adapted_overhead, type_reach)
 from latpred.predictors.adapt.blend import blend_types, scratch_types
 from latpred.predictors.adapt.types import adapt_types
 from latpred.predictors.training import fit_fallback
@@ -118,6 +118,7 @@ def adapt(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
     (chosen, over), cv, over_cv = ((methods[0], overheads[0]), {}, {}) if oof is None else \
         choose(oof, methods, overheads)
     types, common = adapt_types(source, kernels, target, chosen, seed)
+    fallback = fit_fallback(kernels) or source.fallback
     weights, blend_cv, partner, partner_cv = {}, None, None, {}
     if oof is not None and blending:
         # kept only where the blend's out-of-fold end-to-end MAPE beats the adapted types'
@@ -126,7 +127,8 @@ def adapt(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
         partner, candidate, blend_cv, partner_cv = oof.choose_blend(chosen, over)
         if blend_cv < oof.e2e_mape(chosen, over) and any(w < 1.0 for w in candidate.values()):
             weights = candidate
-            types = blend_types(types, scratch_types(kernels, seed, partner), weights)
+            types = blend_types(types, scratch_types(kernels, seed, partner), weights,
+                                type_reach(types, fallback, kernels))
         else:
             partner = None
     ids = sorted(set(kernels["model_id"]) | set(models["model_id"]))
@@ -137,7 +139,6 @@ def adapt(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
                 "blend_partner": partner, "blend_partner_cv_mape": partner_cv,
                 "common_factor": common, "n_models": len(ids),
                 "n_kernel_rows": int(len(kernels)), "seed": seed, "train_models": ids}
-    fallback = fit_fallback(kernels) or source.fallback
     return LatencyModel(target, source.family, types,
                         fit_adapted_overhead(over, source.overhead, common, models, seed),
                         fallback, training, source.analytical_features)

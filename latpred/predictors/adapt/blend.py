@@ -9,12 +9,10 @@ layers XNNPACK runs as IGEMM, the requantization's share), the trees follow it."
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pandas as pd
 
-from latpred.predictors.adapt.wrappers import BlendedRegressor
+from latpred.predictors.adapt.wrappers import BlendedRegressor, mixed
 from latpred.predictors.overhead import within_one_se
 from latpred.predictors.search import SearchSpec
 from latpred.predictors.training import TypeFit, fit_all_types, fit_type
@@ -55,17 +53,18 @@ def scratch_types(kernels: pd.DataFrame, seed: int, partner: str = "lasso"
 
 
 def type_weights(kernels: pd.DataFrame, row_model: np.ndarray, adapted: np.ndarray,
-                 scratch: np.ndarray, tolerance: float
+                 scratch: np.ndarray, reach: np.ndarray, tolerance: float
                  ) -> tuple[dict[str, float], dict[str, dict]]:
     """Per kernel type, the first of BLEND_WEIGHTS whose out-of-fold kernel error is within one
-    standard error (or `tolerance`) of the best weight's (per-model absolute errors); with the
-    time-weighted errors (sum |p - y| / sum y over the type's rows) per weight."""
+    standard error (or `tolerance`) of the best weight's (per-model absolute errors; each row
+    mixed as `wrappers.mixed`, `reach`: two rows, lo and hi, per kernel row its fold's); with
+    the time-weighted errors (sum |p - y| / sum y over the type's rows) per weight."""
     y = kernels["latency_ms"].to_numpy(np.float64)
     weights, errors = {}, {}
     for ktype, idx in kernels.groupby("kernel_type").indices.items():
-        a, s, t = adapted[idx], scratch[idx], y[idx]
+        a, s, r, t = adapted[idx], scratch[idx], reach[:, idx], y[idx]
         _, model = np.unique(row_model[idx], return_inverse=True)
-        per_model = {w: np.bincount(model, weights=np.abs(w * a + (1 - w) * s - t))
+        per_model = {w: np.bincount(model, weights=np.abs(mixed(a, s, w, r) - t))
                      for w in BLEND_WEIGHTS}
         best = min(BLEND_WEIGHTS, key=lambda w: per_model[w].sum())
         weights[ktype] = next(w for w in BLEND_WEIGHTS
@@ -75,10 +74,13 @@ def type_weights(kernels: pd.DataFrame, row_model: np.ndarray, adapted: np.ndarr
 
 
 def blend_types(adapted: dict[str, TypeFit], scratch: dict[str, TypeFit],
-                weights: dict[str, float]) -> dict[str, TypeFit]:
+                weights: dict[str, float], reach: dict[str, tuple[float, float]]
+                ) -> dict[str, TypeFit]:
     """Each adapted type mixed with its scratch fit by `weights` (1: the adapted fit as it is,
-    0: the scratch fit, retrained from the new rows alone); a mixed type's metrics are the
-    scratch fit's, with its `blend_weight` and the adapted fit's metrics under `adapted`."""
+    0: the scratch fit, retrained from the new rows alone) within `reach` (per type, the
+    smallest and largest adapted prediction on the rows the scratch fit learned from;
+    `wrappers.mixed`); a mixed type's metrics are the scratch fit's, with its `blend_weight`,
+    `blend_reach_ms` and the adapted fit's metrics under `adapted`."""
     out = {}
     for ktype, fit in adapted.items():
         w = weights.get(ktype, 1.0)
@@ -86,13 +88,11 @@ def blend_types(adapted: dict[str, TypeFit], scratch: dict[str, TypeFit],
             out[ktype] = fit
             continue
         other = scratch[ktype]
-        metrics = {**other.metrics, "blend_weight": w, "adapted": fit.metrics}
-        if w == 0.0:
-            out[ktype] = dataclasses.replace(other, metrics=metrics)
-            continue
+        metrics = {**other.metrics, "blend_weight": w, "blend_reach_ms": reach[ktype],
+                   "adapted": fit.metrics}
         features = (*fit.features, *(f for f in other.features if f not in fit.features))
         col = {f: i for i, f in enumerate(features)}
         reg = BlendedRegressor(fit.regressor, [col[f] for f in fit.features], other.regressor,
-                               [col[f] for f in other.features], w)
+                               [col[f] for f in other.features], w, reach[ktype])
         out[ktype] = TypeFit(ktype, features, reg, {**metrics, "n_rows": fit.metrics["n_rows"]})
     return out

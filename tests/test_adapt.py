@@ -355,7 +355,7 @@ def test_auto_blends_a_type_towards_its_scratch_fit_where_the_source_misses_its_
 
 
 def test_blended_regressor_mixes_its_parts_on_their_columns_and_round_trips(pair, tmp_path):
-    from latpred.predictors.adapt.auto import type_reach
+    from latpred.predictors.adapt.auto import type_low
     from latpred.predictors.adapt.blend import blend_types, scratch_types
     from latpred.predictors.adapt.wrappers import BlendedRegressor
 
@@ -363,18 +363,18 @@ def test_blended_regressor_mixes_its_parts_on_their_columns_and_round_trips(pair
     k, m, _, _ = _split(new_ds, 12)
     adapted = adapt(source, k, m, NEW, "scale").types
     scratch = scratch_types(k, 0)
-    reach = type_reach(adapted, source.fallback, k)
-    mixed = blend_types(adapted, scratch, {"conv2d": 0.5, "activation": 0.0}, reach)
+    low = type_low(adapted, source.fallback, k)
+    mixed = blend_types(adapted, scratch, {"conv2d": 0.5, "activation": 0.0}, low)
     assert mixed["pool"] is adapted["pool"]                        # weight 1 (by default)
     fit = mixed["conv2d"]
     assert isinstance(fit.regressor, BlendedRegressor)
-    assert fit.metrics["blend_reach_ms"] == reach["conv2d"]
+    assert fit.metrics["blend_low_ms"] == low["conv2d"]
 
     def pred(f, ktype="conv2d"):
         rows = k[k["kernel_type"] == ktype]
         return f.regressor.predict(rows[["f_" + c for c in f.features]].to_numpy(float))
 
-    # on the rows the scratch fits learned from (within their reach): the plain mixture
+    # on the rows the scratch fits learned from (none below their smallest): the plain mixture
     assert pred(mixed["activation"], "activation") == pytest.approx(
         pred(scratch["activation"], "activation"), rel=1e-12)                  # weight 0
     want = 0.5 * pred(adapted["conv2d"]) + 0.5 * pred(scratch["conv2d"])
@@ -383,43 +383,43 @@ def test_blended_regressor_mixes_its_parts_on_their_columns_and_round_trips(pair
     back = BlendedRegressor.restore(data, params)
     X = k[k["kernel_type"] == "conv2d"][["f_" + c for c in fit.features]].to_numpy(float)
     assert back.predict(X) == pytest.approx(fit.regressor.predict(X), rel=1e-12)
-    assert back.reach == reach["conv2d"]
+    assert back.low == low["conv2d"]
     doc = json.loads(data)
-    del doc["reach"]              # an artifact written before the reach existed
-    assert BlendedRegressor.restore(json.dumps(doc).encode(), params).reach == (0.0, np.inf)
+    del doc["low"]                # an artifact written before `low` existed
+    assert BlendedRegressor.restore(json.dumps(doc).encode(), params).low == 0.0
     model = dataclasses.replace(adapt(source, k, m, NEW, "scale"), types=mixed)
     model.save(tmp_path / "p")
     loaded = LatencyModel.load(tmp_path / "p").types["conv2d"]
     assert pred(loaded) == pytest.approx(want, rel=1e-12)
 
 
-def test_the_scratch_share_shrinks_outside_the_rows_it_learned_from():
-    """Past the largest (below the smallest) adapted prediction on the scratch fit's rows,
-    its share shrinks as hi / adapted (adapted / lo)."""
+def test_the_scratch_share_shrinks_below_the_rows_it_learned_from():
+    """Below the smallest adapted prediction on the scratch fit's rows its share shrinks as
+    adapted / low; at and above it the mixture is plain."""
     from latpred.predictors.adapt.wrappers import BlendedRegressor, mixed
 
-    a = np.array([0.5, 1.0, 2.0, 4.0, 8.0, 16.0])
-    s = 2.0 * a
-    got = mixed(a, s, 0.25, (1.0, 4.0))
-    share = np.array([0.5, 1.0, 1.0, 1.0, 0.5, 0.25])
+    a = np.array([0.25, 0.5, 1.0, 2.0, 4.0, 16.0])
+    s = 2.0 * a + 1.0
+    got = mixed(a, s, 0.25, 1.0)
+    share = np.array([0.25, 0.5, 1.0, 1.0, 1.0, 1.0])
     assert got == pytest.approx(a + 0.75 * share * (s - a))
-    assert mixed(a, s, 0.25, (0.0, np.inf)) == pytest.approx(0.25 * a + 0.75 * s)
-    assert mixed(a, s, 1.0, (1.0, 4.0)) == pytest.approx(a)
+    assert mixed(a, s, 0.25, 0.0) == pytest.approx(0.25 * a + 0.75 * s)
+    assert mixed(a, s, 1.0, 1.0) == pytest.approx(a)
 
-    class Const:          # a stand-in regressor: column 0 times a factor
-        def __init__(self, f):
-            self.f = f
+    class Const:          # a stand-in regressor: column 0 times a factor, plus a constant
+        def __init__(self, f, c=0.0):
+            self.f, self.c = f, c
 
         def predict(self, X):
-            return self.f * X[:, 0]
+            return self.f * X[:, 0] + self.c
 
-    reg = BlendedRegressor(Const(1.0), [0], Const(2.0), [0], 0.25, (1.0, 4.0))
+    reg = BlendedRegressor(Const(1.0), [0], Const(2.0, 1.0), [0], 0.25, 1.0)
     assert reg.predict(a[:, None]) == pytest.approx(got)
 
 
 def _everywhere(n):
-    """A reach (lo and hi rows) that holds every kernel."""
-    return np.array([np.zeros(n), np.full(n, np.inf)])
+    """Per kernel row a smallest adapted prediction of 0: the scratch share never shrinks."""
+    return np.zeros(n)
 
 
 def test_blend_weights_follow_each_types_out_of_fold_kernel_error():
@@ -495,8 +495,7 @@ def test_gbdt_partner_fits_trees_where_a_type_has_rows_enough_and_round_trips(pa
     for ktype, n in counts.items():
         assert isinstance(gbdt[ktype].regressor, PercentGBDT) == (n >= PARTNER_GBDT_MIN_ROWS)
     adapted = adapt(source, k, m, NEW, "scale")
-    mixed = blend_types(adapted.types, gbdt, {"conv2d": 0.5},
-                        {"conv2d": (0.0, float("inf"))})
+    mixed = blend_types(adapted.types, gbdt, {"conv2d": 0.5}, {"conv2d": 0.0})
     rows = k[k["kernel_type"] == "conv2d"]
     X = rows[["f_" + c for c in mixed["conv2d"].features]].to_numpy(float)
     want = mixed["conv2d"].regressor.predict(X)

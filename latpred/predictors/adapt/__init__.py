@@ -55,7 +55,7 @@ import pandas as pd
 from latpred.errors import PredictorError
 from latpred.predictors.adapt.auto import (OVERHEAD_KINDS, OVERHEAD_SIMPLEST_FIRST,
                                           SIMPLEST_FIRST, choose, cross_validate,
-                                          fit_adapted_overhead, type_reach)
+                                          fit_adapted_overhead, type_low)
 from latpred.predictors.adapt.blend import blend_types, scratch_types
 from latpred.predictors.adapt.types import adapt_types
 from latpred.predictors.training import fit_fallback
@@ -128,7 +128,7 @@ def adapt(source, kernels: pd.DataFrame, models: pd.DataFrame, target: str,
         if blend_cv < oof.e2e_mape(chosen, over) and any(w < 1.0 for w in candidate.values()):
             weights = candidate
             types = blend_types(types, scratch_types(kernels, seed, partner), weights,
-                                type_reach(types, fallback, kernels))
+                                type_low(types, fallback, kernels))
         else:
             partner = None
     ids = sorted(set(kernels["model_id"]) | set(models["model_id"]))

@@ -101,10 +101,9 @@ class OutOfFold:
     row_model: np.ndarray                  # per kernel row: its model's position in `models`
     fold: np.ndarray                       # per model: its fold
     adapted: dict[str, np.ndarray]         # per method: per kernel row
-    # per method: per kernel row, the smallest and largest prediction of its fold's adapted
-    # types on the fold's training rows of its type (what the fold's scratch partners reach,
-    # wrappers.mixed), as two rows
-    reach: dict[str, np.ndarray]
+    # per method: per kernel row, the smallest prediction of its fold's adapted types on the
+    # fold's training rows of its type (below it the scratch share shrinks, wrappers.mixed)
+    low: dict[str, np.ndarray]
     scratch: dict[str, np.ndarray]         # per partner: per kernel row (empty: none)
     overheads: dict[tuple[str, str], list]  # per (method, overhead kind): per fold
 
@@ -133,13 +132,13 @@ class OutOfFold:
         """Per kernel type, the weight of `method`'s prediction against `partner`'s
         (blend.type_weights), with the time-weighted kernel errors per weight."""
         return type_weights(self.kernels, self.row_model, self.adapted[method],
-                            self.scratch[partner], self.reach[method], AUTO_TOLERANCE)
+                            self.scratch[partner], self.low[method], AUTO_TOLERANCE)
 
     def blended(self, method: str, weights: dict[str, float], partner: str = PARTNERS[0]
                 ) -> np.ndarray:
         """Per kernel row: the adapted and scratch predictions mixed by the type's weight."""
         w = self.kernels["kernel_type"].map(weights).to_numpy(np.float64)
-        return mixed(self.adapted[method], self.scratch[partner], w, self.reach[method])
+        return mixed(self.adapted[method], self.scratch[partner], w, self.low[method])
 
     def choose_blend(self, method: str, over: str
                      ) -> tuple[str, dict[str, float], float, dict[str, float]]:
@@ -170,8 +169,7 @@ def cross_validate(source, kernels: pd.DataFrame, models: pd.DataFrame, target: 
     row_model = kernels["model_id"].map(pos).to_numpy()
     fold = np.empty(len(ids), dtype=int)
     adapted = {m: np.full(len(kernels), np.nan) for m in methods}
-    reach = {m: np.array([np.zeros(len(kernels)), np.full(len(kernels), np.inf)])
-             for m in methods}
+    low = {m: np.zeros(len(kernels)) for m in methods}
     from_scratch = {p: np.full(len(kernels), np.nan) for p in (PARTNERS if scratch else ())}
     fold_overheads: dict[tuple[str, str], list] = {(m, o): [] for m in methods
                                                    for o in overheads}
@@ -184,17 +182,14 @@ def cross_validate(source, kernels: pd.DataFrame, models: pd.DataFrame, target: 
         for method in methods:
             types, common = adapt_types(source, k_tr, target, method, seed)
             adapted[method][te] = predict_rows(types, fallback, k_te)
-            fold_reach = type_reach(types, fallback, k_tr)
-            for side in (0, 1):
-                reach[method][side, te] = k_te["kernel_type"].map(
-                    {t: r[side] for t, r in fold_reach.items()}).fillna(
-                    (0.0, np.inf)[side]).to_numpy(np.float64)
+            low[method][te] = k_te["kernel_type"].map(
+                type_low(types, fallback, k_tr)).fillna(0.0).to_numpy(np.float64)
             for over in overheads:
                 fold_overheads[method, over].append(
                     fit_adapted_overhead(over, source.overhead, common, m_tr, seed))
         for partner, rows in from_scratch.items():
             rows[te] = predict_rows(scratch_types(k_tr, seed, partner), fallback, k_te)
-    return OutOfFold(kernels, models, row_model, fold, adapted, reach, from_scratch,
+    return OutOfFold(kernels, models, row_model, fold, adapted, low, from_scratch,
                      fold_overheads)
 
 
@@ -215,14 +210,12 @@ def choose(oof: OutOfFold, methods: Sequence[str], overheads: Sequence[str]
         (over_cv if len(overheads) > 1 else {})
 
 
-def type_reach(types: dict[str, TypeFit], fallback: TypeFit, kernels: pd.DataFrame
-               ) -> dict[str, tuple[float, float]]:
-    """Per kernel type of `kernels`, the smallest and largest prediction of `types` on its
-    rows: how far a regressor trained on those rows reaches (`wrappers.mixed`)."""
+def type_low(types: dict[str, TypeFit], fallback: TypeFit, kernels: pd.DataFrame
+             ) -> dict[str, float]:
+    """Per kernel type of `kernels`, the smallest prediction of `types` on its rows: below it
+    a regressor trained on those rows extrapolates (`wrappers.mixed`)."""
     pred = pd.Series(predict_rows(types, fallback, kernels), index=kernels.index)
-    by_type = pred.groupby(kernels["kernel_type"])
-    low, high = by_type.min(), by_type.max()
-    return {t: (float(low[t]), float(high[t])) for t in low.index}
+    return pred.groupby(kernels["kernel_type"]).min().to_dict()
 
 
 def predict_rows(types: dict[str, TypeFit], fallback: TypeFit, kernels: pd.DataFrame

@@ -53,18 +53,18 @@ def scratch_types(kernels: pd.DataFrame, seed: int, partner: str = "lasso"
 
 
 def type_weights(kernels: pd.DataFrame, row_model: np.ndarray, adapted: np.ndarray,
-                 scratch: np.ndarray, reach: np.ndarray, tolerance: float
+                 scratch: np.ndarray, low: np.ndarray, tolerance: float
                  ) -> tuple[dict[str, float], dict[str, dict]]:
     """Per kernel type, the first of BLEND_WEIGHTS whose out-of-fold kernel error is within one
     standard error (or `tolerance`) of the best weight's (per-model absolute errors; each row
-    mixed as `wrappers.mixed`, `reach`: two rows, lo and hi, per kernel row its fold's); with
-    the time-weighted errors (sum |p - y| / sum y over the type's rows) per weight."""
+    mixed as `wrappers.mixed`, `low` per kernel row: its fold's); with the time-weighted
+    errors (sum |p - y| / sum y over the type's rows) per weight."""
     y = kernels["latency_ms"].to_numpy(np.float64)
     weights, errors = {}, {}
     for ktype, idx in kernels.groupby("kernel_type").indices.items():
-        a, s, r, t = adapted[idx], scratch[idx], reach[:, idx], y[idx]
+        a, s, lo, t = adapted[idx], scratch[idx], low[idx], y[idx]
         _, model = np.unique(row_model[idx], return_inverse=True)
-        per_model = {w: np.bincount(model, weights=np.abs(mixed(a, s, w, r) - t))
+        per_model = {w: np.bincount(model, weights=np.abs(mixed(a, s, w, lo) - t))
                      for w in BLEND_WEIGHTS}
         best = min(BLEND_WEIGHTS, key=lambda w: per_model[w].sum())
         weights[ktype] = next(w for w in BLEND_WEIGHTS
@@ -74,13 +74,12 @@ def type_weights(kernels: pd.DataFrame, row_model: np.ndarray, adapted: np.ndarr
 
 
 def blend_types(adapted: dict[str, TypeFit], scratch: dict[str, TypeFit],
-                weights: dict[str, float], reach: dict[str, tuple[float, float]]
-                ) -> dict[str, TypeFit]:
+                weights: dict[str, float], low: dict[str, float]) -> dict[str, TypeFit]:
     """Each adapted type mixed with its scratch fit by `weights` (1: the adapted fit as it is,
-    0: the scratch fit, retrained from the new rows alone) within `reach` (per type, the
-    smallest and largest adapted prediction on the rows the scratch fit learned from;
-    `wrappers.mixed`); a mixed type's metrics are the scratch fit's, with its `blend_weight`,
-    `blend_reach_ms` and the adapted fit's metrics under `adapted`."""
+    0: the scratch fit, retrained from the new rows alone) down to `low` (per type, the
+    smallest adapted prediction on the rows the scratch fit learned from; `wrappers.mixed`);
+    a mixed type's metrics are the scratch fit's, with its `blend_weight`, `blend_low_ms` and
+    the adapted fit's metrics under `adapted`."""
     out = {}
     for ktype, fit in adapted.items():
         w = weights.get(ktype, 1.0)
@@ -88,11 +87,11 @@ def blend_types(adapted: dict[str, TypeFit], scratch: dict[str, TypeFit],
             out[ktype] = fit
             continue
         other = scratch[ktype]
-        metrics = {**other.metrics, "blend_weight": w, "blend_reach_ms": reach[ktype],
+        metrics = {**other.metrics, "blend_weight": w, "blend_low_ms": low[ktype],
                    "adapted": fit.metrics}
         features = (*fit.features, *(f for f in other.features if f not in fit.features))
         col = {f: i for i, f in enumerate(features)}
         reg = BlendedRegressor(fit.regressor, [col[f] for f in fit.features], other.regressor,
-                               [col[f] for f in other.features], w, reach[ktype])
+                               [col[f] for f in other.features], w, low[ktype])
         out[ktype] = TypeFit(ktype, features, reg, {**metrics, "n_rows": fit.metrics["n_rows"]})
     return out

@@ -85,18 +85,22 @@ class StackedRegressor(ComposedRegressor):
 
 
 def mixed(adapted: np.ndarray, scratch: np.ndarray, weight: np.ndarray | float,
-          reach: tuple) -> np.ndarray:
-    """weight x `adapted` + (1 - weight) x `scratch` for kernels the scratch regressor's rows
-    reach (an adapted prediction within `reach` = (lo, hi), the smallest and largest on the
-    rows it was trained on); outside, the scratch share shrinks as lo / adapted or
-    hi / adapted. The scratch regressor learned from 10-30 models' kernels; the adapted one
-    from the source's whole dataset, so only it knows how a type's cost moves past the few
-    models' kernels (third VM -> second VM, 10 synthetic models: a Lasso on five 7x7
-    depthwise IGEMM kernels of 1.8-8.1 ms, blended at 0.25, priced the test set's 864 under
-    2 ms at 2.7x and the whole set +19% too slow, docs/fewshot.md)."""
-    lo, hi = reach
-    a = np.maximum(adapted, 1e-12)
-    share = np.minimum(1.0, np.minimum(hi / a, a / np.maximum(lo, 1e-12)))
+          low: np.ndarray | float) -> np.ndarray:
+    """weight x `adapted` + (1 - weight) x `scratch` for kernels at least as long as the
+    scratch regressor's rows (an adapted prediction of at least `low`, the smallest on the
+    rows it was trained on); below, the scratch share shrinks as adapted / low.
+
+    The scratch regressor learned from 10-30 models' kernels, the adapted one from the
+    source's whole dataset. Past the few models' largest kernel a scratch fit's error in
+    percent levels off (its slope is off by a fraction); below their smallest it grows
+    without bound (its intercept, a fraction of a millisecond, prices a 0.1 ms kernel). On
+    the third VM -> second VM, 10 synthetic models, one draw blended a Lasso on five 7x7
+    depthwise IGEMM kernels of 1.8-8.1 ms at 0.25: it priced the test set's 864 kernels under
+    2 ms at 2.7x and the whole set +19% too slow (docs/fewshot.md, session 36). Shrinking the
+    share on both sides cost two int8 pairs up to 2 points, where the scratch trees follow
+    the int8 convolutions' cost past the few models' largest kernel and the source does not.
+    """
+    share = np.minimum(1.0, adapted / np.maximum(low, 1e-12))
     return adapted + (1.0 - weight) * share * (scratch - adapted)
 
 
@@ -104,7 +108,7 @@ class BlendedRegressor(ComposedRegressor):
     """weight x `adapted` + (1 - weight) x `scratch`, each on its own columns of X (the union of
     the adapted type's and the scratch type's features): the adapted source and a regressor
     trained on the new device's rows alone, averaged where cross-validation says so, the
-    scratch share shrinking past `reach` (`mixed`)."""
+    scratch share shrinking below `low` (`mixed`)."""
 
     artifact_suffix: ClassVar[str] = ".blended.json"
     family: ClassVar[str] = "blended"
@@ -114,9 +118,9 @@ class BlendedRegressor(ComposedRegressor):
                  adapted_columns: Sequence[int] = (),
                  scratch: LatencyRegressor | None = None,
                  scratch_columns: Sequence[int] = (), weight: float = 1.0,
-                 reach: Sequence[float] = (0.0, float("inf"))):
+                 low: float = 0.0):
         self.adapted, self.scratch, self.weight = adapted, scratch, float(weight)
-        self.reach = (float(reach[0]), float(reach[1]))
+        self.low = float(low)
         self.adapted_columns = tuple(int(c) for c in adapted_columns)
         self.scratch_columns = tuple(int(c) for c in scratch_columns)
         self.n_features_in_ = max((*self.adapted_columns, *self.scratch_columns), default=-1) + 1
@@ -125,21 +129,20 @@ class BlendedRegressor(ComposedRegressor):
         X = self._check_predict(X)
         a = self.adapted.predict(X[:, list(self.adapted_columns)])
         s = self.scratch.predict(X[:, list(self.scratch_columns)])
-        return mixed(a, s, self.weight, self.reach)
+        return mixed(a, s, self.weight, self.low)
 
     def export(self) -> tuple[bytes, dict[str, Any]]:
-        doc = {"weight": self.weight, "reach": list(self.reach), "adapted": pack(self.adapted),
+        doc = {"weight": self.weight, "low": self.low, "adapted": pack(self.adapted),
                "adapted_columns": list(self.adapted_columns), "scratch": pack(self.scratch),
                "scratch_columns": list(self.scratch_columns)}
         return json.dumps(doc).encode(), {}
 
     @classmethod
     def restore(cls, data: bytes, params: dict[str, Any]) -> "BlendedRegressor":
-        # artifacts written before the reach existed blend every kernel alike
+        # artifacts written before `low` existed blend every kernel alike
         doc = json.loads(data.decode("utf-8"))
         return cls(unpack(doc["adapted"]), doc["adapted_columns"], unpack(doc["scratch"]),
-                   doc["scratch_columns"], float(doc["weight"]),
-                   doc.get("reach", (0.0, float("inf"))))
+                   doc["scratch_columns"], float(doc["weight"]), float(doc.get("low", 0.0)))
 
 
 WRAPPERS: dict[str, type[LatencyRegressor]] = {

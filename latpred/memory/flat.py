@@ -30,8 +30,8 @@ from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.configs import OpConfigs
 from latpred.memory.flat_arrays import (Tensors, Wiring, _csr, batch_tensors, graph_tensors,
                                        model_bytes, op_configs, op_offsets, per_graph)
-from latpred.memory.host_cpu import (OVERHEAD_EIGHT_BIT_FIXED, OVERHEAD_FIXED,
-                                     OVERHEAD_PER_TENSOR, transient)
+from latpred.memory.host_cpu import (OVERHEAD_FIXED, OVERHEAD_PER_TENSOR, eight_bit_fixed,
+                                     transient)
 from latpred.deduce.prepare import PREPARE_FOLDS, REDUCE
 from latpred.memory.litert_builtin import set_tensor_table
 from latpred.memory.litert_plan import INPLACE
@@ -264,7 +264,7 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
     # workspace that regrew leaves something
     totals = (model_bytes(size, const, g_tens, g_ops) +
               res[:, 1] + res[:, 2] + buffers + OVERHEAD_FIXED +
-              OVERHEAD_PER_TENSOR * n_tensors + OVERHEAD_EIGHT_BIT_FIXED * qs8).tolist()
+              OVERHEAD_PER_TENSOR * n_tensors + eight_bit_fixed() * qs8).tolist()
     for g in np.flatnonzero(covered & (res[:, 3] > 0)).tolist():
         totals[g] += transient((int(res[g, 1]),), int(res[g, 3]))
     supported: dict[int, bool] = {}

@@ -23,6 +23,7 @@ from latpred.memory.litert_plan import ArenaPlan, PlanInput, plan
 from latpred.memory.prediction import MemoryPrediction, OpMemory
 from latpred.memory import xnnpack
 from latpred.memory import xnnpack_operators as xnn_ops
+from latpred.memory.xnnpack_configs import QS8_AMX, qs8_config
 
 KERNELS = ("xnnpack", "builtin")
 # Fitted on every other model of datasets/host-cpu-memory (scripts/memory_eval.py --fit) and
@@ -36,15 +37,24 @@ ARENA_REGROWTH_RESIDENT = 0.7131
 WORKSPACE_REGROWTH_RESIDENT = 0.0419
 # A model whose XNNPACK operators have 8-bit weights holds this much more than the fp32 fit
 # says (the qs8 kernels' code and tables, the tensors' quantization parameters): the median
-# residual over datasets/host-cpu-memory-int8 (88 models, the Intel VM with AVX-512 AMX;
-# fitted on either half, the other half reads 100% / 97.7% within 5%: docs/memory.md).
-OVERHEAD_EIGHT_BIT_FIXED = 479_162
+# residual of the same 88 int8 models on two CPUs, by the qs8 level XNNPACK picks there
+# (`xnnpack_configs`): AMX on the Intel VM (datasets/host-cpu-memory-int8), AVX-512 VNNI on
+# the fourth VM (datasets/host-cpu-memory-int8-vm4, an AMD Zen 5). Fitted on either half, the
+# other half reads 100% / 97.7% within 5% on each CPU (docs/memory.md). The other levels
+# were not measured and take the figure of the one CPU without AMX.
+OVERHEAD_EIGHT_BIT_AMX = 479_162
+OVERHEAD_EIGHT_BIT_FIXED = 263_911
+
+
+def eight_bit_fixed() -> int:
+    """The fitted bytes of 8-bit operators on the qs8 level in force."""
+    return OVERHEAD_EIGHT_BIT_AMX if qs8_config() == QS8_AMX else OVERHEAD_EIGHT_BIT_FIXED
 
 
 def overhead(n_tensors: int, eight_bit: bool = False) -> int:
     """The fitted runtime structures (bytes); `eight_bit`: XNNPACK runs 8-bit operators."""
     return int(OVERHEAD_FIXED + OVERHEAD_PER_TENSOR * n_tensors +
-               (OVERHEAD_EIGHT_BIT_FIXED if eight_bit else 0))
+               (eight_bit_fixed() if eight_bit else 0))
 
 
 def for_precision(graph: Graph, precision: str) -> Graph:

@@ -17,8 +17,9 @@ AVX-512F and FMA3 (src/configs/dwconv-config.c: 3/4/9/25-tap unipass, 16 channel
 FMA3 rules were traced on the first VM (AMD EPYC), the AVX-512F ones on the Intel VM
 (scripts/memdiag, docs/memory.md).
 
-8-bit weights take `init_qs8_qc8w_gemm_config`'s levels (`Qs8Config`); only the AMX one is
-checked against a measurement (the Intel VM, datasets/host-cpu-memory-int8).
+8-bit weights take `init_qs8_qc8w_gemm_config`'s levels (`Qs8Config`); the AMX one is
+checked against a measurement on the Intel VM (datasets/host-cpu-memory-int8), AVX-512 VNNI on
+the fourth VM (an AMD Zen 5, datasets/host-cpu-memory-int8-vm4); the others are not measured.
 
 `for_cpu(level)` plans as another x86 CPU would, e.g. to score a dataset measured elsewhere.
 """
@@ -68,8 +69,9 @@ class Qs8Config(NamedTuple):
 # In the order gemm-config.c tries them; the flags hardware-config.c requires (cpuinfo's names
 # as /proc/cpuinfo spells them). AVX512SKX = avx512f + bw + dq + vl.
 _SKX = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
+QS8_AMX = Qs8Config(64, 4, (1, 16), 32)
 _QS8_LEVELS = (
-    (_SKX + ("avx512_vnni", "gfni", "amx_int8"), Qs8Config(64, 4, (1, 16), 32)),   # AVX512AMX
+    (_SKX + ("avx512_vnni", "gfni", "amx_int8"), QS8_AMX),                         # AVX512AMX
     (_SKX + ("avx512_vnni",), Qs8Config(16, 8, (1, 7), 32)),                       # AVX512VNNI
     (("avx_vnni_int8", "avx_vnni"), Qs8Config(8, 8, (1, 5), 16)),                  # AVXVNNIINT8
     (("avx_vnni",), Qs8Config(8, 8, (1, 5), 16)),                                   # AVXVNNI

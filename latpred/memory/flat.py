@@ -155,7 +155,7 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     graphs planned as their int8 models, `flat_int8`)."""
     tensors, key_ids, key_dims = batch_tensors(graphs, batch)
     g_ops = op_offsets(graphs)
-    op_cfg = op_configs(kernels, batch, g_ops, None if wiring is None else wiring.kernel_ops())
+    op_cfg = op_configs(kernels, batch, g_ops)
     wiring = wiring or Wiring().walk(graphs)
     retype, layouts = None, []
     if int8:

@@ -43,25 +43,17 @@ def op_offsets(graphs: Sequence[Graph]) -> np.ndarray:
     return _ptr(map(len, map(_OPS, graphs)))
 
 
-def op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray,
-               first: np.ndarray | None = None) -> np.ndarray:
+def op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
     """Each op's configuration in the latency pass's FeatureBatch `batch` of the graphs'
     `kernels`, all graphs' ops in a row (`g_ops`: `op_offsets`); -1 for an op of a several-op
-    kernel or of none. `first`: per kernel its op where it has one alone, else -1, as
-    `Wiring.collect` records it (else read from the kernels here)."""
-    if first is None:
-        first = np.fromiter(map(_single_op, chain.from_iterable(kernels)), np.int64,
-                            sum(map(len, kernels)))
-    single = first >= 0
+    kernel or of none."""
+    k_ops = list(chain.from_iterable(map(lambda ks: map(_OPS, ks), kernels)))
+    single = np.fromiter(map(len, k_ops), np.int64, len(k_ops)) == 1
+    first = np.fromiter(map(itemgetter(0), k_ops), np.int64, len(k_ops))
     graph_start = np.repeat(g_ops[:-1], [len(ks) for ks in kernels])
     out = np.full(g_ops[-1], -1, np.int64)
     out[graph_start[single] + first[single]] = batch.config[single]
     return out
-
-
-def _single_op(kernel: Any) -> int:
-    ops = kernel.ops
-    return ops[0] if len(ops) == 1 else -1
 
 
 def _csr(lists: list) -> tuple[np.ndarray, np.ndarray]:
@@ -143,9 +135,7 @@ class Wiring:
     """Each op's type, inputs and outputs (all graphs' ops in a row), recorded graph by graph
     (`collect`, as `LatencyModel.predict_many_batch`'s per-graph hook: the deduction has just
     walked the graph's ops, so they are in the CPU caches; walked again after the whole batch
-    they cost ~2.4x: 38 vs 16 us a graph) or for all graphs at once (`walk`). `collect` given
-    the graph's kernels also records each kernel's op where it has one alone (-1 else:
-    `op_configs`' `first`), while the kernels are in the caches too."""
+    they cost ~2.4x: 38 vs 16 us a graph) or for all graphs at once (`walk`)."""
 
     def __init__(self) -> None:
         self._arrays: tuple[np.ndarray, ...] | None = None
@@ -155,9 +145,8 @@ class Wiring:
         self.ins: list[int] = []
         self.n_out: list[int] = []
         self.outs: list[int] = []
-        self.kernel_op: list[int] | None = []
 
-    def collect(self, graph: Graph, kernels: Sequence[Any] | None = None) -> None:
+    def collect(self, graph: Graph) -> None:
         # A plain loop: attribute reads the interpreter specializes, and one visit per op
         # object, cost about half of zip(*map(attrgetter(...), ops)) (4 against 8 us a graph)
         types, n_in, ins, n_out, outs = (self.types.append, self.n_in.append, self.ins.extend,
@@ -170,17 +159,6 @@ class Wiring:
             n_out(len(op_outs))
             outs(op_outs)
         self.ops += graph.ops
-        if kernels is None:
-            self.kernel_op = None       # not every graph's kernels: `op_configs` reads them
-        elif self.kernel_op is not None:
-            first = self.kernel_op.append
-            for k in kernels:           # inline: a call per kernel costs more
-                k_ops = k.ops
-                first(k_ops[0] if len(k_ops) == 1 else -1)
-
-    def kernel_ops(self) -> np.ndarray | None:
-        """`op_configs`' `first`, where `collect` recorded every graph's kernels."""
-        return None if self.kernel_op is None else np.array(self.kernel_op, np.int64)
 
     def walk(self, graphs: Sequence[Graph]) -> "Wiring":
         for graph in graphs:

@@ -160,13 +160,12 @@ class LatencyModel:
 
     def predict_many_batch(self, graphs: Sequence[Graph | str | os.PathLike | Any], *,
                            allow_fallback: bool = False, example_inputs: Any = None,
-                           visit: Callable[[Graph, tuple], Any] | None = None
+                           visit: Callable[[Graph], Any] | None = None
                            ) -> tuple[list[Prediction], list[Graph], list[tuple], Any]:
         """`predict_many`, and what it built on the way: the graphs, their kernels and their
         `predictors.batch.FeatureBatch` (memory-aware NAS reads tensor sizes and kernel
-        configurations there, `latpred.memory.fast`). `visit(graph, kernels)` is called right
-        after each graph's kernels are deduced, while they and its ops are still in the CPU
-        caches."""
+        configurations there, `latpred.memory.fast`). `visit(graph)` is called right after
+        each graph's kernels are deduced, while its ops are still in the CPU caches."""
         from latpred.deduce import deduce
 
         target = self._target()
@@ -317,7 +316,7 @@ def _name_the_refused(graphs: Sequence[Graph], target) -> None:
             raise
 
 
-def _visited(kernels: tuple, visit: Callable[[Graph, tuple], Any], graph: Graph) -> tuple:
-    """`kernels`, after `visit(graph, kernels)` (`predict_many_batch`'s per-graph hook)."""
-    visit(graph, kernels)
+def _visited(kernels: tuple, visit: Callable[[Graph], Any], graph: Graph) -> tuple:
+    """`kernels`, after `visit(graph)` (`predict_many_batch`'s per-graph hook)."""
+    visit(graph)
     return kernels

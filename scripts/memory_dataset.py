@@ -29,9 +29,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from latpred.builder import GraphBuilder  # noqa: E402
 from latpred.errors import MeasurementError  # noqa: E402
-from latpred.memory.measure import baseline_rss, peak_rss  # noqa: E402
+from latpred.memory.measure import baseline_graph, baseline_rss, peak_rss  # noqa: E402
 from latpred.profile.machine import cpu_id  # noqa: E402
 from latpred.tflite import read_tflite, write_tflite  # noqa: E402
 
@@ -63,10 +62,7 @@ def _models(models: Path, n_syn: int, n_conv: int, zoo: bool, seed: int, precisi
 def _trivial(models: Path) -> Path:
     path = models / "trivial.tflite"
     if not path.exists():
-        b = GraphBuilder("trivial")
-        x = b.input((1, 1, 1, 4))
-        b.output(b.add(x, x))
-        write_tflite(b.build(), path)
+        write_tflite(baseline_graph(), path)
     return path
 
 

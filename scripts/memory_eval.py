@@ -24,11 +24,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from latpred.builder import GraphBuilder  # noqa: E402
 from latpred.memory import largest_layer, naive_sum, predict_memory  # noqa: E402
 from latpred.memory import xnnpack  # noqa: E402
 from latpred.memory.xnnpack_configs import LEVELS, for_cpu  # noqa: E402
 from latpred.memory.host_cpu import arena_plan, estimate_model_bytes  # noqa: E402
+from latpred.memory.measure import baseline_bytes  # noqa: E402
 from latpred.sampler import build_graph  # noqa: E402
 from latpred.tflite import read_tflite  # noqa: E402
 
@@ -41,16 +41,8 @@ def graph_of(row) -> object:
     return build_graph(json.loads(row["arch"]))
 
 
-def trivial_total() -> int:
-    b = GraphBuilder("trivial")
-    x = b.input((1, 1, 1, 4))
-    b.output(b.add(x, x))
-    p = predict_memory(b.build(), TARGET)
-    return p.total - p.overhead - p.transient   # the fixed overhead is relative to this model
-
-
 def score(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    base = trivial_total()
+    base = baseline_bytes(TARGET)    # the fixed overhead is relative to this model
     recs = []
     for _, row in df.iterrows():
         g = graph_of(row)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from latpred.builder import GraphBuilder
 from latpred.memory import predict_memory
+from latpred.memory.measure import baseline_bytes
 from latpred.memory.xnnpack_configs import for_cpu
 from latpred.sampler import build_graph
 from latpred.tflite import read_tflite
@@ -62,16 +62,6 @@ def _graph(row, int8_dir):
     return build_graph(json.loads(row.arch))
 
 
-def _trivial_base() -> int:
-    """What the fp32 sets' baseline model holds beside the fitted overhead: their measured
-    deltas are relative to it (`scripts/memory_eval.py`)."""
-    b = GraphBuilder("trivial")
-    x = b.input((1, 1, 1, 4))
-    b.output(b.add(x, x))
-    p = predict_memory(b.build(), "host/cpu/fp32/t1")
-    return p.total - p.overhead - p.transient
-
-
 @pytest.mark.parametrize("name", sorted(SETS))
 def test_shipped_memory_set_meets_the_bar(name, request):
     path = ROOT / "datasets" / name / "models.parquet"
@@ -86,7 +76,7 @@ def test_shipped_memory_set_meets_the_bar(name, request):
     with for_cpu(level):
         # the fp32 sets' deltas are relative to the baseline model (`memory_eval.py`); the
         # int8 term was fitted against the deltas themselves (`memory_eval_int8.py`)
-        base = _trivial_base() if precision == "fp32" else 0
+        base = baseline_bytes() if precision == "fp32" else 0
         for row in rows.itertuples():
             g = _graph(row, int8_dir)
             xnn = predict_memory(g, target, model_bytes=int(row.file_bytes))

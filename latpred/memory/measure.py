@@ -126,3 +126,23 @@ def peak_rss(path: str, kernels: str = "xnnpack") -> int:
 def baseline_rss(path: str, kernels: str = "xnnpack", repeats: int = 5) -> int:
     """The smallest peak of `repeats` fresh processes running a trivial model at `path`."""
     return min(peak_rss(path, kernels) for _ in range(repeats))
+
+
+def baseline_graph():
+    """The trivial model `baseline_rss` runs: an ADD of a [1, 1, 1, 4] input with itself."""
+    from latpred.builder import GraphBuilder
+
+    b = GraphBuilder("trivial")
+    x = b.input((1, 1, 1, 4))
+    b.output(b.add(x, x))
+    return b.build()
+
+
+def baseline_bytes(target: str = "host/cpu/fp32/t1") -> int:
+    """What the baseline model holds beside the fitted overhead (its buffers): measured peaks
+    minus `baseline_rss` are relative to it, so fp32 scoring adds it back
+    (`host_cpu.OVERHEAD_FIXED` is fitted above it)."""
+    from latpred.memory import predict_memory
+
+    p = predict_memory(baseline_graph(), target)
+    return p.total - p.overhead - p.transient

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 from numba import njit
 
+from latpred.memory.compiled import leaf
 from latpred.memory import xnnpack_operators as xnn_ops
 from latpred.memory.xnnpack_configs import F32Config, Qs8Config, f32_config, qs8_config
 
@@ -94,18 +95,18 @@ def dims_rows(shapes: list[tuple]) -> np.ndarray:
 _ONES = (1, 1, 1, 1)
 
 
-@njit(cache=True)
+@leaf
 def _align(value, alignment):
     return -(-value // alignment) * alignment
 
 
-@njit(cache=True)
+@leaf
 def _use_nr2(nr, nr2, channels):
     over, over2 = (nr - channels % nr) % nr, (nr2 - channels % nr2) % nr2
     return nr > channels or (over2 < over and over * 100 > channels)
 
 
-@njit(cache=True)
+@leaf
 def _heuristic_mr(rows, g):
     """`xnn_ops.heuristic_mr` over the mrs of config row `g`."""
     nr = g[0]
@@ -123,18 +124,18 @@ def _heuristic_mr(rows, g):
     return best
 
 
-@njit(cache=True)
+@leaf
 def _fc_packed(cin, cout, cfg):
     g = cfg[NR2] if _use_nr2(cfg[FC, 0], cfg[NR2, 0], cout) else cfg[FC]
     return _align((_align(cin, g[1]) * 4 + 4) * _align(cout, g[0]), ALIGNMENT)
 
 
-@njit(cache=True)
+@leaf
 def _qs8_fc_packed(cin, cout, q):
     return _align((_align(cin, q[1]) + QS8_EXTRA) * _align(cout, q[0]), ALIGNMENT)
 
 
-@njit(cache=True)
+@leaf
 def _dw_tile(kernel_size, eight):
     if eight:
         for tile in (3, 9, 25):
@@ -147,7 +148,7 @@ def _dw_tile(kernel_size, eight):
     return -1
 
 
-@njit(cache=True)
+@leaf
 def _conv(code, a, w, out, cfg, eight):
     """(packed, indirection) of a CONV_2D (code 0) or DEPTHWISE_CONV_2D (1); `eight`: 8-bit
     weights (`xnn_ops._qs8_packed`)."""
@@ -182,7 +183,7 @@ def _conv(code, a, w, out, cfg, eight):
         ks * _align(pixels, _heuristic_mr(pixels, g)) * POINTER
 
 
-@njit(cache=True)
+@leaf
 def _pool(code, a, x, out):
     """Indirection (and divisors) of a MAX_POOL_2D (code 3) or AVERAGE_POOL_2D (4)."""
     sh, sw, kh, kw, same = a[2], a[3], a[5], a[6], a[7]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from latpred.memory.compiled import leaf
 from latpred.memory.cuda_alloc import (K_LARGE_BUFFER, K_MIN_BLOCK, K_MIN_LARGE_ALLOC,
                                        K_ROUND_LARGE, K_SMALL_BUFFER, K_SMALL_SIZE)
 from latpred.memory.cuda_workspace import PROCESS_START
@@ -28,7 +29,7 @@ START_ADDR = np.array([a + sum(s for s, _ in bl[:k]) for _, a, bl in _START
 START_SEGMENT = np.array([k for k, (_, _, bl) in enumerate(_START) for _ in bl], np.int64)
 
 
-@njit(cache=True)
+@leaf
 def _take_fit(pool, n_pool, b_size, b_addr, size):
     """`lower_bound` on (size, address): the index in `pool` of the smallest free block of at
     least `size` bytes, lowest address among equals; -1 when none."""
@@ -138,13 +139,13 @@ def _peak(codes, sids, reset_at, start_size, start_used, start_small, start_addr
     return peak if reset_at < n_ev else current
 
 
-@njit(cache=True)
+@leaf
 def _pool_add(pools, n_pool, where, p, b):
     pools[p, n_pool[p]], where[b] = b, n_pool[p]
     n_pool[p] += 1
 
 
-@njit(cache=True)
+@leaf
 def _pool_remove(pools, n_pool, where, p, b):
     last = pools[p, n_pool[p] - 1]
     pools[p, where[b]], where[last] = last, where[b]

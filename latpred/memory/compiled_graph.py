@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from latpred.memory.compiled import ALIGN, gap_offset, tflite_arena
+from latpred.memory.compiled import ALIGN, gap_offset, leaf, tflite_arena
 
 # Per op type (`flat.op_flags` sets them from the Python planners' own type sets).
 OP_ALWAYS, OP_SPLIT, OP_STATIC, OP_POOL, OP_SOFTMAX = 1, 2, 4, 8, 16
@@ -27,12 +27,12 @@ OP_XNN_IN_PLACE, OP_PAD, OP_CONV = 1024, 2048, 4096
 STATIC_SHIFT = 16          # bits 16-19: `xnnpack_partition._STATIC`'s input positions
 
 
-@njit(cache=True)
+@leaf
 def _known(t, const):
     return t < 0 or const[t] != 0
 
 
-@njit(cache=True)
+@leaf
 def _kinds_unchanged(o0, o1, flags, in_ptr, ins, const):
     """`tensor_kinds` would change no type and end no chunk (checked on default types: the
     first change would stop the graph here)."""
@@ -60,7 +60,7 @@ def _kinds_unchanged(o0, o1, flags, in_ptr, ins, const):
     return True
 
 
-@njit(cache=True)
+@leaf
 def _supported(j, flags, attr_ok, declined, in_ptr, ins, const, dtype_ok):
     """`xnnpack_partition.supported` with default allocation types (mmap: stored in the model);
     `declined[j]`: an 8-bit op the delegate's quantized checks refuse (asked in Python)."""
@@ -184,7 +184,7 @@ def _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs,
         part_ops, inner_ptr, inner
 
 
-@njit(cache=True)
+@leaf
 def _mapped(t, fused, fst, p):
     """`fused.get(t, t)` for partition p: an elided node's output stands for its source."""
     return fused[t] if t >= 0 and fst[t] == p else t
@@ -227,7 +227,7 @@ def _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, reader
     return cand[:n_cand]
 
 
-@njit(cache=True)
+@leaf
 def _reused(cand, p, pin, in_ptr, ins, out_ptr, outs, flags, clamp, size, last, cons, fused,
             fst, reuse, rst):
     """`xnnpack._reused`: in-place outputs take a one-consumer input of equal size

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from latpred.memory.compiled import leaf
 from latpred.tflite.quantize import FIXED, INT8_KERNELS, SAME_SCALE
 
 SAME, TWIN, LAYOUT = 0, 1, 2
@@ -36,7 +37,7 @@ def type_code(op_type: str) -> int:
     return code
 
 
-@njit(cache=True)
+@leaf
 def _data(code, a, b, ins, k):
     """Input k of the op's data inputs (inputs a..b-1), or -2 past the last."""
     rule = (code >> 2) & 3
@@ -51,7 +52,7 @@ def _data(code, a, b, ins, k):
     return ins[a] if k == 0 and b > a else -2
 
 
-@njit(cache=True)
+@leaf
 def _find(parent, t):
     root = t
     while parent[root] != root:

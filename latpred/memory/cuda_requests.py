@@ -22,6 +22,7 @@ from math import prod
 import numpy as np
 from numba import njit
 
+from latpred.memory.compiled import leaf
 from latpred.memory import cuda_workspace
 from latpred.memory.flat_arrays import _csr, op_configs, op_offsets
 from latpred.memory.torch_plan import forward_requests, load_requests
@@ -240,7 +241,7 @@ def _lay_out(tpl_ids, op_ptr, in_sizes, in_ptr, t_sizes, t_refs, meta):
     return sizes, sids, g_ptr, g_reset
 
 
-@njit(cache=True)
+@leaf
 def _lay_out_part(ops, part, base, e, t_sizes, t_refs, meta, sizes, sids):
     """Write part `part` (0 the load, 1 the forward) of each op's template from position `e`,
     its allocations numbered from `base`; returns the next position and number."""

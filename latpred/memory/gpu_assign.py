@@ -32,6 +32,8 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
+from latpred.memory.compiled import leaf
+
 NONE = np.int64(1) << 62       # kNotAssigned (no distance yet)
 
 
@@ -73,7 +75,7 @@ def _positional_maximums(size, ptr, prof):
     return out
 
 
-@njit(cache=True)
+@leaf
 def _higher(position, best_dist, size, a, b):
     """SizeDistPriorityInfo::operator> (a over b)."""
     if position[a] != position[b]:
@@ -154,7 +156,7 @@ def _by_size(size, first, last, pos_max):
     return obj_of, sizes[:n_obj].copy()
 
 
-@njit(cache=True)
+@leaf
 def _fits(members, head, o, first, last, r_first, r_last):
     """No record already in object `o` meets [r_first, r_last] (its intervals are disjoint,
     so this is the std::set::lower_bound test of the original)."""

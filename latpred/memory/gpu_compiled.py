@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from latpred.memory.compiled import leaf
 from latpred.memory.gpu_assign import best_sizes
 
 CONV, DWCONV = 1, 2        # node type codes: the kinds a thin chain's steps can be (0: other)
@@ -41,7 +42,7 @@ def group_code(part: str) -> int:
     return GROUP_CONV if part.startswith("group") and part != "group_concat" else 0
 
 
-@njit(cache=True)
+@leaf
 def _local(t, n_graph):
     return t if t >= 0 else n_graph - 1 - t
 
@@ -87,7 +88,7 @@ def thin_chains(ntype, thin_first, thin_next, in_ptr, ins, out_ptr, outs, n_grap
     return starts[:m]
 
 
-@njit(cache=True)
+@leaf
 def _use(first, last, t, k):
     if first[t] == -1:
         first[t] = k
@@ -209,7 +210,7 @@ def _value_order(starts, ends, group, in_ptr, ins, out_ptr, outs, n_graph, n_loc
     return order[:n]
 
 
-@njit(cache=True)
+@leaf
 def _rank(t, ranked, order, n, first):
     """Give delegate tensor t the next ValueId if it has none; only used ones become records."""
     if not ranked[t]:

@@ -341,3 +341,51 @@ def test_compiled_twin_decision_is_float_twins():
         assert tensors.size[t0:t1].tolist() == \
             flat.graph_tensors([graphs[g]]).size.tolist() + [t.nbytes for t in twin.tensors[n:]]
         assert tensors.eight_bit[t0 + n:t1].all() and not tensors.const[t0 + n:t1].any()
+
+
+def test_functions_cached_on_disk_have_one_signature():
+    # numba writes a function's cache index and data files separately: two processes compiling
+    # different signatures of one cached function at once can pair one signature with the
+    # other's code (compiled.py's docstring). Only functions Python calls are cached, each
+    # with one signature; helpers called from compiled code, which get several, are not.
+    import importlib
+    import pkgutil
+
+    from numba.core.caching import NullCache
+    from numba.core.registry import CPUDispatcher
+
+    import latpred.memory as memory
+    from latpred.memory import memory_totals
+
+    graphs = _graphs(6)
+    for target in ("host/cpu/fp32/t1", "host/cpu/int8/t1", "h100/cuda/fp16"):
+        memory_totals(graphs, target)
+    memory_totals([g for g in graphs if _gpu_runs(g)], "h100/gpu/fp16")
+    cached, helpers = {}, {}
+    for info in pkgutil.iter_modules(memory.__path__):
+        module = importlib.import_module(f"latpred.memory.{info.name}")
+        for name, obj in vars(module).items():
+            if isinstance(obj, CPUDispatcher) and obj.__module__ == module.__name__:
+                if isinstance(obj._cache, NullCache):
+                    helpers[f"{info.name}.{name}"] = obj.signatures
+                else:   # what this process compiled, or the index on disk lists
+                    on_disk = obj._cache._cache_file._load_index()
+                    cached[f"{info.name}.{name}"] = max(
+                        [obj.signatures, list(on_disk)], key=len)
+    ran = ("compiled_graph.plan_batch", "gpu_compiled.part_intermediates",
+           "compiled_cuda_alloc.peaks", "compiled_twin.twin_kinds")
+    assert all(len(cached[name]) == 1 for name in ran)
+    # before session 39 every helper was cached: compiled._sort with 4 signatures, _before 3
+    assert {k: len(v) for k, v in cached.items() if len(v) > 1} == {}
+    assert "compiled._sort" in helpers
+
+
+def _gpu_runs(graph) -> bool:
+    from latpred import deduce
+    from latpred.errors import DelegateRefusedError
+
+    try:
+        deduce(graph, "h100/gpu/fp16")
+    except DelegateRefusedError:
+        return False
+    return True

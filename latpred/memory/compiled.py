@@ -15,8 +15,16 @@ each piece with its Python original):
   `False` and is planned in Python. 8-bit ops: the delegate's decision comes in per op
   (`flat_int8`).
 
-Editing this file: numba's on-disk cache (`cache=True`) checks only the calling function's own
-file, so `compiled_graph`'s cached functions keep the old code of the ones here until
+On-disk cache: only the functions Python calls (`compiled_graph.plan_batch`,
+`compiled_buffers.op_buffers`, ...) are compiled with `cache=True`; a cached function carries
+the code of the helpers it calls, which are therefore never compiled in a process that loads
+it. Helpers are not cached: numba writes a function's cache index and its data files
+separately, so two processes compiling different signatures of one function at once (helpers
+get several: literal arguments) can leave the index naming one signature's code for
+another's, which then runs on the wrong types (session 39 met a twin classification reading
+garbage tensor indices after two such processes; numba/numba#10128 reports the same race).
+Editing this file: the cache checks only the cached function's own file, so
+`compiled_graph`'s cached functions keep the old code of the ones here until
 latpred/memory/__pycache__/*.nbi, *.nbc are deleted (a fresh install or clone has none).
 
 Arrays: `t_*` per tensor, `op_*` per op; `*_ptr` are CSR offsets (entries [ptr[i], ptr[i+1])).
@@ -47,8 +55,9 @@ def leaf(fn):
     call increments and decrements the count of every array argument atomically at entry and
     exit; helpers called per op or per comparison paid more for that than for their work
     (`_supported`, 8 arrays: ~55 ns a call against ~3 ns without, session 39). Its arguments
-    are borrowed from a caller that holds them, so no count is needed."""
-    return njit(cache=True, _nrt=False)(fn)
+    are borrowed from a caller that holds them, so no count is needed. Like every helper it
+    is not cached on disk (see the module's docstring)."""
+    return njit(_nrt=False)(fn)
 
 
 @leaf
@@ -120,7 +129,7 @@ def _insert(order, n, v, buckets):
     order[at] = v
 
 
-@njit(cache=True)
+@njit
 def set_order(values, n, out):
     """`unordered_set_order(values[:n])` into `out`; returns its length."""
     count, buckets, next_resize = 0, 1, 0
@@ -175,7 +184,7 @@ def _sort(items, n, size, first, last, with_index):
         items[k + 1] = v
 
 
-@njit(cache=True)
+@njit
 def _std_sort(a, n, size, first, last):
     """`stdsort.std_sort` of a[:n] by `_before` without the index (libstdc++'s introsort down
     to runs of 16, then one insertion sort); False where its depth limit would switch to heap
@@ -192,7 +201,7 @@ def _std_sort(a, n, size, first, last):
     return True
 
 
-@njit(cache=True)
+@njit
 def _introsort(a, lo, hi, depth, size, first, last):
     """`stdsort._introsort` (the recursion on the upper part as an explicit stack)."""
     stack = np.empty((64, 3), np.int64)
@@ -248,7 +257,7 @@ def _partition(a, lo, hi, pivot, size, first, last):
         lo += 1
 
 
-@njit(cache=True)
+@njit
 def tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const):
     """`litert_plan.plan`'s arena size for one chunk, no sharing, no temporaries (-1: a case
     this port leaves to Python: a tensor allocated twice, or ties that std::sort would finish

@@ -42,7 +42,7 @@ def _take_fit(pool, n_pool, b_size, b_addr, size):
     return best
 
 
-@njit(cache=True)
+@njit
 def _peak(codes, sids, reset_at, start_size, start_used, start_small, start_addr,
           start_segment):
     """max_memory_allocated after the events from `reset_at` on (the peak is reset there)."""

@@ -81,7 +81,7 @@ def _supported(j, flags, attr_ok, declined, in_ptr, ins, const, dtype_ok):
     return (f & (OP_POOL | OP_SOFTMAX)) != 0 and attr_ok[j] != 0
 
 
-@njit(cache=True)
+@njit
 def _subsets(o0, n_op, sup, in_ptr, ins, producer):
     """`xnnpack_partition._subset_numbers` (one subset: all 0); -1 in sub[0] when ops are out of order."""
     sub = np.zeros(n_op, dtype=np.int64)
@@ -107,7 +107,7 @@ def _subsets(o0, n_op, sup, in_ptr, ins, producer):
     return sub, sub.max() + 1, True
 
 
-@njit(cache=True)
+@njit
 def _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs, flags, n_t):
     """The execution plan `delegated_input` builds: per node its inputs and outputs (CSR), and
     per delegated partition its ops and internal tensors. False: an op left to TFLite that
@@ -190,7 +190,7 @@ def _mapped(t, fused, fst, p):
     return fused[t] if t >= 0 and fst[t] == p else t
 
 
-@njit(cache=True)
+@njit
 def _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, readers, first,
                last, cons, fused, fst, seen):
     """`xnnpack._lifetimes` for partition p (its internal tensors have pin == p); returns the
@@ -249,7 +249,7 @@ def _reused(cand, p, pin, in_ptr, ins, out_ptr, outs, flags, clamp, size, last, 
                 break
 
 
-@njit(cache=True)
+@njit
 def _place(values, n_val, need, first, last):
     """`xnnpack._partition_plan`'s placement: values (largest first) at the smallest gap
     among the blocks of those placed whose lifetimes meet theirs; the plan's size."""
@@ -275,7 +275,7 @@ def _place(values, n_val, need, first, last):
     return total
 
 
-@njit(cache=True)
+@njit
 def _workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr, ins, out_ptr, outs,
                flags, clamp, noact, size, readers):
     """`xnnpack.workspace_plan(..., with_extent=False)`: (workspace bytes, regrowth)."""
@@ -313,7 +313,7 @@ def _workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr, ins, ou
     return (best + 32 if best else 0), regrowth
 
 
-@njit(cache=True)
+@njit
 def _readers(o0, n_op, n_t, in_ptr, ins):
     """Per tensor: 0 without readers, -1 - the op when one op reads it, 2 for more."""
     readers, by = np.zeros(n_t, np.int64), np.full(n_t, -1)
@@ -326,7 +326,7 @@ def _readers(o0, n_op, n_t, in_ptr, ins):
     return readers
 
 
-@njit(cache=True)
+@njit
 def plan_graph(o0, o1, size, const, dtype_ok, g_in, g_out, in_ptr, ins, out_ptr, outs, flags,
                attr_ok, declined, clamp, noact, delegated):
     """(covered, arena bytes, workspace bytes, workspace regrowth) of the graph whose ops are

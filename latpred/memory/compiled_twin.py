@@ -61,7 +61,7 @@ def _find(parent, t):
     return root
 
 
-@njit(cache=True)
+@njit
 def _one_graph(o0, o1, n_t, t0, code, in_ptr, ins, out_ptr, outs, f32, const, requant):
     """(SAME, TWIN or LAYOUT, n): for a TWIN, requant[:n] gets the tensors `float_twin`
     requantizes, in its order."""

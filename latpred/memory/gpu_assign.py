@@ -37,7 +37,7 @@ from latpred.memory.compiled import leaf
 NONE = np.int64(1) << 62       # kNotAssigned (no distance yet)
 
 
-@njit(cache=True)
+@njit
 def task_profiles(size, first, last):
     """CalculateTaskProfiles: per task, the records alive at it by non-increasing size (stable:
     ties by record order), as CSR (ptr per task, then record ids). One stable sort of all
@@ -61,7 +61,7 @@ def task_profiles(size, first, last):
     return ptr, prof
 
 
-@njit(cache=True)
+@njit
 def _positional_maximums(size, ptr, prof):
     """CalculatePositionalMaximums: per position p, the largest p-th largest size alive at a
     task."""
@@ -92,7 +92,7 @@ def by_size(size, first, last):
     return _by_size(size, first, last, _positional_maximums(size, ptr, prof))
 
 
-@njit(cache=True)
+@njit
 def _by_size(size, first, last, pos_max):
     n = len(size)
     position = np.empty(n, np.int64)
@@ -175,7 +175,7 @@ def by_breadth(size, first, last):
     return _by_breadth(size, first, last, ptr, prof)
 
 
-@njit(cache=True)
+@njit
 def _by_breadth(size, first, last, ptr, prof):
     n, n_tasks = len(size), len(ptr) - 1
     breadth = np.zeros(n_tasks, np.int64)
@@ -217,7 +217,7 @@ def _by_breadth(size, first, last, ptr, prof):
     return obj_of, sizes[:n_obj].copy()
 
 
-@njit(cache=True)
+@njit
 def best_sizes(size, first, last):
     """BestGreedy's object sizes: by size, unless by breadth totals strictly less."""
     ptr, prof = task_profiles(size, first, last)

@@ -47,7 +47,7 @@ def _local(t, n_graph):
     return t if t >= 0 else n_graph - 1 - t
 
 
-@njit(cache=True)
+@njit
 def thin_chains(ntype, thin_first, thin_next, in_ptr, ins, out_ptr, outs, n_graph, n_local,
                 graph_out):
     """The first node of each node after TryThinPointwiseFuser (a joined chain covers its
@@ -106,7 +106,7 @@ def plan_part(ntype, group, thin_first, thin_next, in_ptr, ins, out_ptr, outs, n
                                                                      rec_last)
 
 
-@njit(cache=True)
+@njit
 def part_records(ntype, group, thin_first, thin_next, in_ptr, ins, out_ptr, outs, n_graph,
                  size, const, graph_out, outside, neg_size, neg_late):
     """One part's usage records: (starts of the joined nodes, then per record in ValueId order:
@@ -161,7 +161,7 @@ def part_records(ntype, group, thin_first, thin_next, in_ptr, ins, out_ptr, outs
     return starts, order, rec_size, first[order], last[order]
 
 
-@njit(cache=True)
+@njit
 def _value_order(starts, ends, group, in_ptr, ins, out_ptr, outs, n_graph, n_local, late,
                  first):
     """The used tensors in the delegate's ValueId order (its usage records are a

@@ -275,12 +275,23 @@ def test_compiled_sizer_is_the_python_per_op_sizes():
         return _op_buffers(graphs[g], j - planned.g_ops[g])
 
     chosen = np.array([op.type in flat.xnn_ops._WITH_BUFFERS for op in planned.ops])
-    sized = flat._buffers(chosen, np.full(len(chosen), -1), flat.cb.Sizer(planned, dims, python),
-                          {})
+    sizer = flat.cb.Sizer(planned, dims, python)
+    sized = flat._buffers(chosen, np.full(len(chosen), -1), sizer)[0]
     expected = [_op_buffers(graphs[graph_of[j]], j - planned.g_ops[graph_of[j]]) if c else 0
                 for j, c in enumerate(chosen.tolist())]
     assert sized.tolist() == expected and sum(expected) > 0
     assert not python_calls
+    # sized once per configuration (here: ops of one operator signature), every third op
+    # of none
+    ids: dict[tuple, int] = {}
+    cfg = np.array([ids.setdefault(flat.xnn_ops._signature(graphs[graph_of[j]].tensors, op),
+                                   len(ids)) if j % 3 else -1
+                    for j, op in enumerate(planned.ops)])
+    per_op, configs, per_cfg = flat._buffers(chosen, cfg, sizer)
+    assert per_op.tolist() == expected
+    assert 0 < len(configs) < int(chosen.sum())
+    assert all(per_cfg[c] == expected[int(np.flatnonzero(chosen & (cfg == c))[0])]
+               for c in configs.tolist())
 
 
 def test_compiled_twin_decision_is_float_twins():

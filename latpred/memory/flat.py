@@ -254,9 +254,9 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
     res, delegated, _, g_ops, flags, (size, const, _, g_tens, _) = planned[:6]
     covered = res[:, 0].astype(np.bool_)
     n_tensors, n_ops = np.diff(g_tens), np.diff(g_ops)
-    known: dict[int, int] = {}      # packed weights + indirection per configuration
     with_buffers = delegated & np.repeat(covered, n_ops) & (flags & OP_BUFFERS != 0)
-    buffers = per_graph(_buffers(with_buffers, op_cfg, sizer, known), g_ops)
+    per_op, sized, per_cfg = _buffers(with_buffers, op_cfg, sizer)
+    buffers = per_graph(per_op, g_ops)
     # host_cpu.eight_bit_operators: a delegated operator with 8-bit weights
     qs8 = per_graph((with_buffers & flat_int8.eight_bit_weights(planned)).astype(np.int64),
                      g_ops) > 0
@@ -268,10 +268,13 @@ def _totals(graphs: Sequence[Graph], planned: Planned, op_cfg: np.ndarray,
     for g in np.flatnonzero(covered & (res[:, 3] > 0)).tolist():
         totals[g] += transient((int(res[g, 1]),), int(res[g, 3]))
     supported: dict[int, bool] = {}
+    known: dict[int, int] | None = None     # packed weights + indirection per configuration
     skip = set(replaced)
     for g in np.flatnonzero(~covered).tolist():
         if g in skip:
             continue
+        if known is None:   # only where a graph is planned in Python (few: built once)
+            known = dict(zip(sized.tolist(), per_cfg[sized].tolist()))
         if retype is not None and retype[g]:
             from latpred.tflite.quantize import int8_layout
 
@@ -303,22 +306,24 @@ class _Shapes(NamedTuple):
 
 
 def _buffers(chosen: np.ndarray, op_cfg: np.ndarray,
-             sizer: Callable[[np.ndarray, np.ndarray], np.ndarray],
-             known: dict[int, int]) -> np.ndarray:
+             sizer: Callable[[np.ndarray, np.ndarray], np.ndarray]
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per op: its packed weights + indirection where `chosen` (0 elsewhere), sized once per
-    configuration (its first op; `known` gets them, as `xnnpack_operators.buffers_total`
-    keeps them) and for each op of no configuration."""
+    configuration (its first op) and for each op of no configuration; the configurations
+    sized, and per configuration its size (as `xnnpack_operators.buffers_total` keeps them).
+    The first op of each configuration by `np.minimum.at`, not `np.unique`'s sort."""
     at = np.flatnonzero(chosen)
     cfg = op_cfg[at]
-    cfgs, first, inverse = np.unique(cfg, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
     none = cfg < 0
-    skip = int(len(cfgs) > 0 and cfgs[0] < 0)       # -1, sorted first, is no configuration
-    values = sizer(np.concatenate((at[first[skip:]], at[none])),
-                   np.concatenate((cfgs[skip:], cfg[none])))
-    per_cfg = values[:len(cfgs) - skip]
-    known.update(zip(cfgs[skip:].tolist(), per_cfg.tolist()))
+    some, some_cfg = at[~none], cfg[~none]
+    n_cfg = int(some_cfg.max()) + 1 if len(some_cfg) else 0
+    first = np.full(n_cfg, len(chosen), np.int64)
+    np.minimum.at(first, some_cfg, some)
+    sized = np.flatnonzero(first < len(chosen))
+    values = sizer(np.concatenate((first[sized], at[none])), np.concatenate((sized, cfg[none])))
+    per_cfg = np.zeros(n_cfg, np.int64)
+    per_cfg[sized] = values[:len(sized)]
     out = np.zeros(len(chosen), np.int64)
-    out[at[~none]] = per_cfg[inverse[~none] - skip]
-    out[at[none]] = values[len(cfgs) - skip:]
-    return out
+    out[some] = per_cfg[some_cfg]
+    out[at[none]] = values[len(sized):]
+    return out, sized, per_cfg

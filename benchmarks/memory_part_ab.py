@@ -51,22 +51,27 @@ def main() -> None:
     old = old_memory(Path(args.old))
     model = predictor(args)
     target = new._check_target(model.target)
-    sides = {name: _parts(mod, target) for name, mod in (("old", old), ("new", new))}
+    mods = {"old": old, "new": new}
+    parts = {name: _part(mod, target) for name, mod in mods.items()}
+    # on the host, the new tree records the wiring in the latency batch's hook, as
+    # `predict_many_with_memory` does; the old tree's own Wiring walks it outside the timing
+    host = target.processor == "cpu"
+    wirings = {name: importlib.import_module(f"{mod.__name__}.flat_arrays").Wiring
+               for name, mod in mods.items()}
     cpu: dict[str, list[float]] = {"old": [], "new": []}
     for r in range(args.repeats + 1):        # round 0 warms both up, untimed
         graphs = [build_graph(a) for a in _architectures(args, seed=500 + r)]
         gc.collect()
         with paused_gc():
-            wiring = new.flat_arrays.Wiring()
-            visit = {"visit": wiring.collect} if target.processor == "cpu" else {}
+            wiring = wirings["new"]() if host else None
+            visit = {"visit": wiring.collect} if host else {}
             _, graphs, deduced, batch = model.predict_many_batch(graphs, allow_fallback=True,
                                                                  **visit)
             peaks = {}
             for name in ("old", "new") if r % 2 else ("new", "old"):
-                part, wiring_of = sides[name]
-                w = wiring_of(graphs, wiring)     # the old tree's own wiring, walked untimed
+                w = wirings["old"]().walk(graphs) if host and name == "old" else wiring
                 start = time.process_time()
-                peaks[name] = part(graphs, deduced, batch, w)
+                peaks[name] = parts[name](graphs, deduced, batch, w)
                 if r:
                     cpu[name].append((time.process_time() - start) / len(graphs))
             if not np.array_equal(peaks["old"], peaks["new"]):
@@ -79,24 +84,18 @@ def main() -> None:
           f"{med * 1e6:.1f} us (quartiles {q1 * 1e6:.1f} to {q3 * 1e6:.1f}), {len(gain)} rounds")
 
 
-def _parts(mod, target):
-    """(the memory part of `predict_many_with_memory` after its latency batch, the wiring it
-    takes) for the target, from the memory package `mod`."""
+def _part(mod, target):
+    """The memory part of `predict_many_with_memory` after its latency batch, on the target,
+    from the memory package `mod`: (graphs, kernels, batch, wiring) -> peaks."""
     sub = {name: importlib.import_module(f"{mod.__name__}.{name}")
-           for name in ("flat", "flat_arrays", "gpu_flat", "cuda")}
+           for name in ("flat", "gpu_flat", "cuda")}
     if target.processor == "cpu":
-        def wiring_of(graphs, recorded):
-            if mod.__name__ == "latpred.memory":
-                return recorded
-            return sub["flat_arrays"].Wiring().walk(graphs)
-        return (lambda g, d, b, w: sub["flat"].xnnpack_totals(
-            g, d, b, w, int8=target.precision == "int8")), wiring_of
+        return lambda g, d, b, w: sub["flat"].xnnpack_totals(g, d, b, w,
+                                                            int8=target.precision == "int8")
     if target.processor == "gpu":
-        return (lambda g, d, b, w: sub["gpu_flat"].delegate_totals(g, target, b)), \
-            (lambda graphs, recorded: None)
-    return (lambda g, d, b, w: sub["cuda"].batch_peaks(g, target.precision, target.batch,
-                                                        tensors=b, kernels=d)), \
-        (lambda graphs, recorded: None)
+        return lambda g, d, b, w: sub["gpu_flat"].delegate_totals(g, target, b)
+    return lambda g, d, b, w: sub["cuda"].batch_peaks(g, target.precision, target.batch,
+                                                      tensors=b, kernels=d)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ from typing import Any, Callable
 import numpy as np
 from numba import njit
 
-from latpred.memory.compiled import leaf
 from latpred.memory import xnnpack_operators as xnn_ops
+from latpred.memory.compiled import leaf
 from latpred.memory.xnnpack_configs import F32Config, Qs8Config, f32_config, qs8_config
 
 CODES = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 2, "MAX_POOL_2D": 3,

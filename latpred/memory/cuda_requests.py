@@ -22,8 +22,8 @@ from math import prod
 import numpy as np
 from numba import njit
 
-from latpred.memory.compiled import leaf
 from latpred.memory import cuda_workspace
+from latpred.memory.compiled import leaf
 from latpred.memory.flat_arrays import _csr, op_configs, op_offsets
 from latpred.memory.torch_plan import forward_requests, load_requests
 

@@ -47,11 +47,11 @@ def op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) 
     """Each op's configuration in the latency pass's FeatureBatch `batch` of the graphs'
     `kernels`, all graphs' ops in a row (`g_ops`: `op_offsets`); -1 for an op of a several-op
     kernel or of none."""
-    k_ops = list(chain.from_iterable(map(lambda ks: map(_OPS, ks), kernels)))
     # a kernel of one op has a configuration of that op's kind, one of several of kind -1
     # (`FeatureBatch.config_kind`): read so, not by each kernel's op count (0.8 us a graph)
     single = batch.config_kind[batch.config] >= 0
-    first = np.fromiter(map(itemgetter(0), k_ops), np.int64, len(k_ops))
+    first = np.fromiter(map(itemgetter(0), map(_OPS, chain.from_iterable(kernels))), np.int64,
+                        len(batch.config))
     graph_start = np.repeat(g_ops[:-1], [len(ks) for ks in kernels])
     out = np.full(g_ops[-1], -1, np.int64)
     out[graph_start[single] + first[single]] = batch.config[single]

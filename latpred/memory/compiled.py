@@ -258,37 +258,43 @@ def _partition(a, lo, hi, pivot, size, first, last):
 
 
 @njit
-def tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const):
+def tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const, R, wanted):
     """`litert_plan.plan`'s arena size for one chunk, no sharing, no temporaries (-1: a case
     this port leaves to Python: a tensor allocated twice, or ties that std::sort would finish
-    with heap sort)."""
+    with heap sort). `R`: 11 scratch rows, `wanted`: one, each at least as long as the
+    tensors and as the graph inputs plus the nodes' outputs (`compiled_graph.scratch`)."""
     n_node, n_t = len(nin_ptr) - 1, len(size)
-    base = np.zeros(n_t, np.int64)
+    base = R[0, :n_t]
+    base[:] = 0
     for t in g_out:
         base[t] += 1
     for t in g_in:
         base[t] += 1
-    first = np.full(n_t, -1, np.int64)
+    first = R[1, :n_t]
+    first[:] = -1
     for i in range(n_node - 1, -1, -1):
         for q in range(nout_ptr[i], nout_ptr[i + 1]):
             first[nout[q]] = i
     for t in g_in:
         first[t] = 0
-    last_read = np.full(n_t, -1, np.int64)
+    last_read = R[2, :n_t]
+    last_read[:] = -1
     for i in range(n_node):
         for q in range(nin_ptr[i], nin_ptr[i + 1]):
             if nin[q] >= 0:
                 last_read[nin[q]] = i
-    last = np.full(n_t, NEVER, np.int64)
+    last = R[3, :n_t]
+    last[:] = NEVER
     for t in range(n_t):
         if first[t] >= 0 and last_read[t] >= first[t] and base[t] == 0:
             last[t] = last_read[t]
     # node_tensors: node 0 holds the graph inputs, then each node its outputs
-    seq = np.empty(len(g_in) + nout_ptr[n_node], np.int64)
+    seq = R[4, :len(g_in) + nout_ptr[n_node]]
     seq[:len(g_in)] = g_in
     seq[len(g_in):] = nout[:nout_ptr[n_node]]
-    todo = np.empty(len(seq), np.int64)
-    wanted = np.zeros(n_t, np.bool_)
+    todo = R[5]
+    wanted = wanted[:n_t]
+    wanted[:] = False
     m = 0
     for t in seq:
         if not const[t] and size[t] > 0:
@@ -297,17 +303,20 @@ def tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const):
             wanted[t] = True
             todo[m] = t
             m += 1
+    # Sorted with the index as the last key, tensors that tie without it (not whole-run,
+    # equal size and first node) sit next to each other: one pass finds any.
+    _sort(todo, m, size, first, last, True)
     tied = False
-    for a in range(m):
-        for b in range(a):
-            x, y = todo[a], todo[b]
-            if not (first[x] == 0 and last[x] == NEVER) and \
-                    not (first[y] == 0 and last[y] == NEVER) and \
-                    size[x] == size[y] and first[x] == first[y]:
-                tied = True
+    for k in range(1, m):
+        x, y = todo[k - 1], todo[k]
+        if not (first[x] == 0 and last[x] == NEVER) and \
+                not (first[y] == 0 and last[y] == NEVER) and \
+                size[x] == size[y] and first[x] == first[y]:
+            tied = True
+            break
     if tied:        # each node's unordered_set order, concatenated, then std::sort
         m = 0
-        done = np.empty(len(seq), np.int64)
+        done = R[6]
         for i in range(n_node):
             lo = nout_ptr[i] + (len(g_in) if i else 0)
             hi = nout_ptr[i + 1] + len(g_in)
@@ -316,12 +325,9 @@ def tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const):
                 if wanted[done[k]]:
                     todo[m] = done[k]
                     m += 1
-    if not tied:
-        _sort(todo, m, size, first, last, True)
-    elif not _std_sort(todo, m, size, first, last):
-        return -1
-    off, sz = np.empty(m, np.int64), np.empty(m, np.int64)
-    lf, ll = np.empty(m, np.int64), np.empty(m, np.int64)
+        if not _std_sort(todo, m, size, first, last):
+            return -1
+    off, sz, lf, ll = R[7], R[8], R[9], R[10]
     hwm, n_live = 0, 0
     for k in range(m):
         t = todo[k]

@@ -81,16 +81,18 @@ def _supported(j, flags, attr_ok, declined, in_ptr, ins, const, dtype_ok):
     return (f & (OP_POOL | OP_SOFTMAX)) != 0 and attr_ok[j] != 0
 
 
-@njit
-def _subsets(o0, n_op, sup, in_ptr, ins, producer):
-    """`xnnpack_partition._subset_numbers` (one subset: all 0); -1 in sub[0] when ops are out of order."""
-    sub = np.zeros(n_op, dtype=np.int64)
+@leaf
+def _subsets(o0, n_op, sup, in_ptr, ins, producer, sub):
+    """`xnnpack_partition._subset_numbers` into `sub` (one subset: all 0); -1 in sub[0] when
+    ops are out of order."""
+    sub[:] = 0
     first = sup[0]
     mixed = False
     for j in range(n_op):
         mixed = mixed or sup[j] != first
     if not mixed:
-        return sub, 1, False
+        return 1, False
+    top = 0
     for j in range(n_op):
         k = 0 if sup[j] == first else 1
         for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
@@ -100,38 +102,58 @@ def _subsets(o0, n_op, sup, in_ptr, ins, producer):
                 continue
             if i >= j:
                 sub[0] = -1
-                return sub, 0, True
+                return 0, True
             need = sub[i] if sup[i] == sup[j] else sub[i] + 1
             k = max(k, need)
         sub[j] = k
-    return sub, sub.max() + 1, True
+        top = max(top, k)
+    return top + 1, True
 
 
-@njit
-def _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs, flags, n_t):
-    """The execution plan `delegated_input` builds: per node its inputs and outputs (CSR), and
-    per delegated partition its ops and internal tensors. False: an op left to TFLite that
-    this port does not cover, or an empty subset."""
+@leaf
+def _sort_ints(a, lo, hi):
+    """Sorts a[lo:hi] in place (insertion: a partition's few inputs or outputs)."""
+    for i in range(lo + 1, hi):
+        v = a[i]
+        k = i - 1
+        while k >= lo and a[k] > v:
+            a[k + 1] = a[k]
+            k -= 1
+        a[k + 1] = v
+
+
+@leaf
+def _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs, flags, n_t,
+           W):
+    """The execution plan `delegated_input` builds, into the rows from `W_NODES`: per node its
+    inputs and outputs (CSR), and per delegated partition its ops and internal tensors.
+    Returns (nodes, partitions); -1 nodes: an op left to TFLite that this port does not
+    cover, or an empty subset."""
     cap_in = in_ptr[o0 + n_op] - in_ptr[o0]
     cap_out = out_ptr[o0 + n_op] - out_ptr[o0]
-    nin_ptr, nin = np.zeros(n_op + 1, np.int64), np.empty(cap_in, np.int64)
-    nout_ptr, nout = np.zeros(n_op + 1, np.int64), np.empty(cap_out, np.int64)
-    part_ptr, part_ops = np.zeros(n_op + 1, np.int64), np.empty(n_op, np.int64)
-    inner_ptr, inner = np.zeros(n_op + 1, np.int64), np.empty(cap_out, np.int64)
+    nin_ptr, nin = W[W_NODES, :n_op + 1], W[W_NODES + 1, :cap_in]
+    nout_ptr, nout = W[W_NODES + 2, :n_op + 1], W[W_NODES + 3, :cap_out]
+    part_ptr, part_ops = W[W_NODES + 4, :n_op + 1], W[W_NODES + 5, :n_op]
+    inner_ptr, inner = W[W_NODES + 6, :n_op + 1], W[W_NODES + 7, :cap_out]
+    nin_ptr[0] = nout_ptr[0] = part_ptr[0] = inner_ptr[0] = 0
     # ops by subset, ascending within each (a stable counting sort)
-    start = np.zeros(n_sub + 1, np.int64)
+    start = W[W_TEMP, :n_sub + 1]
+    start[:] = 0
     for j in range(n_op):
         start[sub[j] + 1] += 1
     for k in range(n_sub):
         if start[k + 1] == 0:
-            return False, nin_ptr, nin, nout_ptr, nout, 0, part_ptr, part_ops, inner_ptr, inner
+            return -1, 0
         start[k + 1] += start[k]
-    order, fill = np.empty(n_op, np.int64), start[:-1].copy()
+    order, fill = W[W_TEMP + 1, :n_op], W[W_TEMP + 2, :n_sub]
+    for k in range(n_sub):
+        fill[k] = start[k]
     for j in range(n_op):
         order[fill[sub[j]]] = j
         fill[sub[j]] += 1
-    made = np.full(n_t, -1, np.int64)          # the subset that produced a tensor
-    read = np.full(n_t, -1, np.int64)
+    made, read = W[W_TEMP + 3, :n_t], W[W_TEMP + 4, :n_t]
+    made[:] = -1            # the subset that produced a tensor
+    read[:] = -1
     n_node, n_part, ni, no, npo, nnr = 0, 0, 0, 0, 0, 0
     for k in range(n_sub):
         ops = order[start[k]:start[k + 1]]
@@ -140,8 +162,7 @@ def _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs,
                 f = flags[o0 + j]
                 if f & OP_TFLITE_ONLY or (f & OP_INPLACE and not (
                         out_ptr[o0 + j + 1] > out_ptr[o0 + j] and is_out[outs[out_ptr[o0 + j]]])):
-                    return (False, nin_ptr, nin, nout_ptr, nout, 0, part_ptr, part_ops,
-                            inner_ptr, inner)
+                    return -1, 0
                 for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
                     nin[ni] = ins[q]
                     ni += 1
@@ -164,7 +185,7 @@ def _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs,
                     read[t] = k
                     nin[ni] = t
                     ni += 1
-        nin[s0:ni] = np.sort(nin[s0:ni])
+        _sort_ints(nin, s0, ni)
         s0 = no
         for j in ops:          # produced here: leaving (sorted) or internal (in order)
             for q in range(out_ptr[o0 + j], out_ptr[o0 + j + 1]):
@@ -175,13 +196,12 @@ def _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs,
                 else:
                     inner[nnr] = t
                     nnr += 1
-        nout[s0:no] = np.sort(nout[s0:no])
+        _sort_ints(nout, s0, no)
         n_node += 1
         n_part += 1
         nin_ptr[n_node], nout_ptr[n_node] = ni, no
         part_ptr[n_part], inner_ptr[n_part] = npo, nnr
-    return True, nin_ptr[:n_node + 1], nin, nout_ptr[:n_node + 1], nout, n_part, part_ptr, \
-        part_ops, inner_ptr, inner
+    return n_node, n_part
 
 
 @leaf
@@ -190,16 +210,17 @@ def _mapped(t, fused, fst, p):
     return fused[t] if t >= 0 and fst[t] == p else t
 
 
-@njit
+@leaf
 def _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, readers, first,
-               last, cons, fused, fst, seen):
+               last, cons, fused, fst, seen, cand):
     """`xnnpack._lifetimes` for partition p (its internal tensors have pin == p); returns the
-    ops that may run in place. `readers[t]`: how many ops read t (-1 - the op, when one)."""
-    cand, n_cand, stamp = np.empty(len(ops), np.int64), 0, seen.max()
+    ops that may run in place (in `cand`). `readers[t]`: how many ops read t (-1 - the op,
+    when one)."""
+    n_cand = 0
     for n in range(len(ops)):
         j = o0 + ops[n]
         f, a, b = flags[j], in_ptr[j], in_ptr[j + 1]
-        stamp += 1
+        stamp = ops[n] + 1          # seen[t] == stamp: node n has read t (ops are unique)
         if f & (OP_POOL | OP_PAD | OP_XNN_IN_PLACE) and out_ptr[j + 1] > out_ptr[j] and \
                 pin[outs[out_ptr[j]]] == p:
             r = readers[outs[out_ptr[j]]]
@@ -224,7 +245,7 @@ def _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, reader
             if t >= 0 and pin[t] == p and seen[t] != stamp:
                 seen[t], last[t] = stamp, n
                 cons[t] += 1
-    return cand[:n_cand]
+    return n_cand
 
 
 @leaf
@@ -249,12 +270,11 @@ def _reused(cand, p, pin, in_ptr, ins, out_ptr, outs, flags, clamp, size, last, 
                 break
 
 
-@njit
-def _place(values, n_val, need, first, last):
+@leaf
+def _place(values, n_val, need, first, last, off, end, bs, be):
     """`xnnpack._partition_plan`'s placement: values (largest first) at the smallest gap
-    among the blocks of those placed whose lifetimes meet theirs; the plan's size."""
-    off, end = np.empty(n_val, np.int64), np.empty(n_val, np.int64)
-    bs, be = np.empty(n_val, np.int64), np.empty(n_val, np.int64)
+    among the blocks of those placed whose lifetimes meet theirs; the plan's size (`off`,
+    `end`, `bs`, `be`: scratch of n_val entries)."""
     total = 0
     for v in range(n_val):
         t = values[v]
@@ -275,28 +295,40 @@ def _place(values, n_val, need, first, last):
     return total
 
 
-@njit
+@leaf
 def _workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr, ins, out_ptr, outs,
-               flags, clamp, noact, size, readers):
+               flags, clamp, noact, size, readers, W):
     """`xnnpack.workspace_plan(..., with_extent=False)`: (workspace bytes, regrowth)."""
     n_t = len(size)
-    need = (size + ALIGN - 1) // ALIGN * ALIGN          # xnnpack.rounded
-    pin, fst, rst = np.full(n_t, -1), np.full(n_t, -1), np.full(n_t, -1)
-    fused, reuse, seen = np.full(n_t, -1), np.full(n_t, -1), np.zeros(n_t, np.int64)
-    first, last, cons = np.zeros(n_t, np.int64), np.zeros(n_t, np.int64), np.zeros(n_t, np.int64)
+    need = W[W_TEMP, :n_t]
+    for t in range(n_t):
+        need[t] = (size[t] + ALIGN - 1) // ALIGN * ALIGN       # xnnpack.rounded
+    pin, fst, rst = W[W_TEMP + 1, :n_t], W[W_TEMP + 2, :n_t], W[W_TEMP + 3, :n_t]
+    fused, reuse, seen = W[W_TEMP + 4, :n_t], W[W_TEMP + 5, :n_t], W[W_TEMP + 6, :n_t]
+    first, last, cons = W[W_TEMP + 7, :n_t], W[W_TEMP + 8, :n_t], W[W_TEMP + 9, :n_t]
+    for row in (pin, fst, rst, fused, reuse):
+        row[:] = -1
+    for row in (seen, first, last, cons):
+        row[:] = 0
+    values, cand = W[W_TEMP + 10], W[W_TEMP + 11]
+    off, end, bs, be = W[W_TEMP + 12], W[W_TEMP + 13], W[W_TEMP + 14], W[W_TEMP + 15]
     best, regrowth = 0, 0
     for p in range(n_part):
         inside = inner[inner_ptr[p]:inner_ptr[p + 1]]
-        if best and need[inside].sum() <= best:
-            continue        # cannot outgrow the workspace (see xnnpack.workspace_plan)
-        pin[inside] = p
-        cons[inside] = 0
+        if best:
+            total = 0
+            for t in inside:
+                total += need[t]
+            if total <= best:
+                continue    # cannot outgrow the workspace (see xnnpack.workspace_plan)
+        for t in inside:
+            pin[t], cons[t] = p, 0
         ops = part_ops[part_ptr[p]:part_ptr[p + 1]]
-        cand = _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, readers,
-                          first, last, cons, fused, fst, seen)
-        _reused(cand, p, pin, in_ptr, ins, out_ptr, outs, flags, clamp, size, last, cons,
-                fused, fst, reuse, rst)
-        values, n_val = np.empty(len(inside), np.int64), 0
+        n_cand = _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, readers,
+                            first, last, cons, fused, fst, seen, cand)
+        _reused(cand[:n_cand], p, pin, in_ptr, ins, out_ptr, outs, flags, clamp, size, last,
+                cons, fused, fst, reuse, rst)
+        n_val = 0
         for t in inside:        # by rounded size, largest first; ties by tensor index
             if fst[t] != p and size[t] > 0 and rst[t] != p:
                 k = n_val
@@ -306,63 +338,101 @@ def _workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr, ins, ou
                     k -= 1
                 values[k] = t
                 n_val += 1
-        size_p = _place(values, n_val, need, first, last)
+        size_p = _place(values, n_val, need, first, last, off, end, bs, be)
         if size_p > best:
             regrowth += best + 32 if best else 0        # 2 * XNN_EXTRA_BYTES
             best = size_p
     return (best + 32 if best else 0), regrowth
 
 
-@njit
-def _readers(o0, n_op, n_t, in_ptr, ins):
-    """Per tensor: 0 without readers, -1 - the op when one op reads it, 2 for more."""
-    readers, by = np.zeros(n_t, np.int64), np.full(n_t, -1)
+@leaf
+def _readers(o0, n_op, n_t, in_ptr, ins, W):
+    """Per tensor, into `W[W_READERS]`: 0 without readers, -1 - the op when one op reads it, 2
+    for more."""
+    readers, by = W[W_READERS, :n_t], W[W_TEMP, :n_t]
+    readers[:] = 0
+    by[:] = -1
     for j in range(n_op):
         for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
             t = ins[q]
             if t >= 0 and by[t] != j:
                 by[t] = j
                 readers[t] = -1 - j if readers[t] == 0 else 2
-    return readers
+
+
+# Scratch rows, allocated once a batch (`scratch`) instead of ~60 small arrays a graph: numba's
+# allocation and release cost ~20-50 ns an array, a fifth of a graph's plan (session 40).
+# Rows of `W` (int64): an op's producer and subset, then `_nodes`' plan (8 rows, read until
+# the workspace is planned), `_readers`' counts, then rows each stage uses only while it runs
+# (`_nodes`' sort, the arena's, the workspace's). Rows of `B` (bool): below.
+W_PRODUCER, W_SUB, W_NODES, W_READERS, W_TEMP, W_ROWS = 0, 1, 2, 10, 11, 27
+W_ARENA = W_TEMP
+B_SUP, B_IS_OUT, B_LEAVE, B_WANTED, B_ROWS = 0, 1, 2, 3, 4
+
+
+@njit
+def scratch(g_ops, g_tens, g_in_ptr, in_ptr, out_ptr):
+    """`W`, `B` with rows as long as the batch's largest graph needs: its tensors (and one),
+    ops (and one), op inputs, op outputs plus graph inputs."""
+    cap = 1
+    for g in range(len(g_ops) - 1):
+        o0, o1 = g_ops[g], g_ops[g + 1]
+        cap = max(cap, g_tens[g + 1] - g_tens[g] + 1, o1 - o0 + 1, in_ptr[o1] - in_ptr[o0],
+                  out_ptr[o1] - out_ptr[o0] + g_in_ptr[g + 1] - g_in_ptr[g])
+    return np.empty((W_ROWS, cap), np.int64), np.empty((B_ROWS, cap), np.bool_)
 
 
 @njit
 def plan_graph(o0, o1, size, const, dtype_ok, g_in, g_out, in_ptr, ins, out_ptr, outs, flags,
-               attr_ok, declined, clamp, noact, delegated):
+               attr_ok, declined, clamp, noact, delegated, W, B):
     """(covered, arena bytes, workspace bytes, workspace regrowth) of the graph whose ops are
-    o0..o1-1; sets delegated[op]."""
+    o0..o1-1; sets delegated[op]. `W`, `B`: scratch rows (`scratch`)."""
     n_op, n_t = o1 - o0, len(size)
     if n_op == 0 or not _kinds_unchanged(o0, o1, flags, in_ptr, ins, const):
         return False, 0, 0, 0
     for q in range(out_ptr[o0], out_ptr[o1]):
         if outs[q] < 0:
             return False, 0, 0, 0
-    sup = np.empty(n_op, np.bool_)
-    producer = np.full(n_t, -1)
+    sup = B[B_SUP, :n_op]
+    producer = W[W_PRODUCER, :n_t]
+    producer[:] = -1
     for j in range(n_op):
         sup[j] = _supported(o0 + j, flags, attr_ok, declined, in_ptr, ins, const, dtype_ok)
         for q in range(out_ptr[o0 + j], out_ptr[o0 + j + 1]):
             producer[outs[q]] = j       # the last writer, as Graph.producers
-    sub, n_sub, mixed = _subsets(o0, n_op, sup, in_ptr, ins, producer)
+    sub = W[W_SUB, :n_op]
+    n_sub, mixed = _subsets(o0, n_op, sup, in_ptr, ins, producer, sub)
     if sub[0] < 0:
         return False, 0, 0, 0
-    is_out = np.zeros(n_t, np.bool_)
-    is_out[g_out] = True
-    leave = is_out.copy()
+    is_out, leave = B[B_IS_OUT, :n_t], B[B_LEAVE, :n_t]
+    is_out[:] = False
+    for t in g_out:
+        is_out[t] = True
+    for t in range(n_t):
+        leave[t] = is_out[t]
     for j in range(n_op if mixed else 0):      # read by another subset than its producer's
         for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
             t = ins[q]
             if t >= 0 and producer[t] >= 0 and sub[producer[t]] != sub[j]:
                 leave[t] = True
-    ok, nin_ptr, nin, nout_ptr, nout, n_part, part_ptr, part_ops, inner_ptr, inner = \
-        _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs, flags, n_t)
-    arena = tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const) if ok else -1
+    n_node, n_part = _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr,
+                            outs, flags, n_t, W)
+    if n_node < 0:
+        return False, 0, 0, 0
+    nin_ptr, nin = W[W_NODES, :n_node + 1], W[W_NODES + 1]
+    nout_ptr, nout = W[W_NODES + 2, :n_node + 1], W[W_NODES + 3]
+    part_ptr, part_ops = W[W_NODES + 4], W[W_NODES + 5]
+    inner_ptr, inner = W[W_NODES + 6], W[W_NODES + 7]
+    arena = tflite_arena(nin_ptr, nin, nout_ptr, nout, g_in, g_out, size, const,
+                         W[W_ARENA:W_ARENA + 11], B[B_WANTED])
     if arena < 0:
         return False, 0, 0, 0
+    _readers(o0, n_op, n_t, in_ptr, ins, W)
     workspace, regrowth = _workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr,
                                      ins, out_ptr, outs, flags, clamp, noact, size,
-                                     _readers(o0, n_op, n_t, in_ptr, ins))
-    delegated[o0:o1] = sup
+                                     W[W_READERS, :n_t], W)
+    for j in range(n_op):
+        delegated[o0 + j] = sup[j]
     return True, arena, workspace, regrowth
 
 
@@ -374,10 +444,11 @@ def plan_batch(g_ops, g_tens, g_in_ptr, g_in, g_out_ptr, g_out, in_ptr, ins, out
     n_g = len(g_ops) - 1
     res = np.zeros((n_g, 4), np.int64)
     delegated = np.zeros(len(flags), np.bool_)
+    W, B = scratch(g_ops, g_tens, g_in_ptr, in_ptr, out_ptr)
     for g in range(n_g):
         t0, t1 = g_tens[g], g_tens[g + 1]
         res[g, 0], res[g, 1], res[g, 2], res[g, 3] = plan_graph(
             g_ops[g], g_ops[g + 1], t_size[t0:t1], t_const[t0:t1], t_dtype_ok[t0:t1],
             g_in[g_in_ptr[g]:g_in_ptr[g + 1]], g_out[g_out_ptr[g]:g_out_ptr[g + 1]], in_ptr,
-            ins, out_ptr, outs, flags, attr_ok, declined, clamp, noact, delegated)
+            ins, out_ptr, outs, flags, attr_ok, declined, clamp, noact, delegated, W, B)
     return res, delegated

@@ -263,9 +263,6 @@ def test_compiled_sizer_is_the_python_per_op_sizes():
     planned = flat.plan(graphs, tensors)
     keys = batch.tensor_keys
 
-    def dims(flat_ids):
-        return flat.cb.dims_rows([keys[k][0] for k in key_ids[flat_ids].tolist()])
-
     graph_of = np.repeat(np.arange(len(graphs)), np.diff(planned.g_ops))
     python_calls = []
 
@@ -275,7 +272,9 @@ def test_compiled_sizer_is_the_python_per_op_sizes():
         return _op_buffers(graphs[g], j - planned.g_ops[g])
 
     chosen = np.array([op.type in flat.xnn_ops._WITH_BUFFERS for op in planned.ops])
-    sizer = flat.cb.Sizer(planned, dims, python)
+    # each interned tensor's dims from its shape, here, not from batch_tensors
+    key_dims = flat.cb.dims_rows([key[0] for key in keys])
+    sizer = flat.cb.Sizer(planned, key_ids, key_dims, python)
     sized = flat._buffers(chosen, np.full(len(chosen), -1), sizer)[0]
     expected = [_op_buffers(graphs[graph_of[j]], j - planned.g_ops[graph_of[j]]) if c else 0
                 for j, c in enumerate(chosen.tolist())]

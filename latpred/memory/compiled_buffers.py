@@ -237,13 +237,13 @@ class Sizer:
     """Packed weights + indirection of the ops of a `flat.Planned` batch (all graphs' ops in
     a row), by `op_buffers` from each op's type and attributes (read once per kind of op,
     `FeatureBatch.config_kind`, where the op's configuration is known) and its tensors' dims
-    (`dims(flat tensor indices)`: `DIMS` rows); `python(j)` sizes the ops the port leaves
-    out."""
+    (`key_dims[key_ids[flat tensor index]]`: `DIMS` rows); `python(j)` sizes the ops the port
+    leaves out."""
 
-    def __init__(self, planned: Any, dims: Callable[[np.ndarray], np.ndarray],
+    def __init__(self, planned: Any, key_ids: np.ndarray, key_dims: np.ndarray,
                  python: Callable[[int], int], config_kind: np.ndarray | None = None) -> None:
-        self.planned, self.dims, self.python = planned, dims, python
-        self.config_kind = config_kind
+        self.planned, self.key_ids, self.key_dims = planned, key_ids, key_dims
+        self.python, self.config_kind = python, config_kind
 
     def __call__(self, reps: np.ndarray, configs: np.ndarray) -> np.ndarray:
         """Ops `reps` of configurations `configs` (-1: none)."""
@@ -251,23 +251,11 @@ class Sizer:
         if not len(reps):
             return np.zeros(0, np.int64)
         table, odd = self._attrs(reps, configs)
-        # input 0, input 1 (the weights) and output 0, as flat tensor indices (-1: absent)
-        n_in, n_out = (ptr[reps + 1] - ptr[reps] for ptr in (p.in_ptr, p.out_ptr))
-        odd |= (n_in < 1) | (n_out < 1)
-        base = p.tensors.g_tens[np.searchsorted(p.g_ops, reps, side="right") - 1]
-        x = _at(p.ins, p.in_ptr[reps], n_in > 0)
-        w = _at(p.ins, p.in_ptr[reps] + 1, n_in > 1)
-        o = _at(p.outs, p.out_ptr[reps], n_out > 0)
-        odd |= o < 0
-        eight = (w >= 0) & p.tensors.eight_bit[np.where(w >= 0, w + base, 0)]
-        local = np.stack((x, w, o))
-        dims = np.zeros(local.shape + (len(DIMS),), np.int64)
-        present = local >= 0
-        if present.any():
-            dims[present] = self.dims((local + base)[present])
-        values, ok = op_buffers(table[:, 0], table[:, 1:], dims[0], dims[1], dims[2], eight,
-                                active_table())
-        for k in np.flatnonzero(odd | ~ok).tolist():
+        x, w, out, eight, missing = operands(reps, p.g_ops, p.tensors.g_tens, p.in_ptr, p.ins,
+                                             p.out_ptr, p.outs, self.key_ids, self.key_dims,
+                                             p.tensors.eight_bit)
+        values, ok = op_buffers(table[:, 0], table[:, 1:], x, w, out, eight, active_table())
+        for k in np.flatnonzero(odd | missing | ~ok).tolist():
             values[k] = self.python(int(reps[k]))
         return values
 
@@ -300,11 +288,30 @@ def _attr_rows(ops: list, reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _NO_ROW = (2,) + (1,) * len(ATTRS)      # a stand-in row for ops sized in Python
 
 
-def _at(values: np.ndarray, index: np.ndarray, where: np.ndarray) -> np.ndarray:
-    """values[index] where `where`, else -1."""
-    out = np.full(len(index), -1, np.int64)
-    out[where] = values[index[where]]
-    return out
+@njit(cache=True)
+def operands(reps, g_ops, g_tens, in_ptr, ins, out_ptr, outs, key_ids, key_dims, eight_bit):
+    """For ops `reps` (all graphs' ops in a row): the `DIMS` rows of input 0, input 1 (the
+    weights) and output 0 (zeros where absent; `key_dims[key_ids[flat tensor index]]`),
+    whether the weights are 8-bit, and whether the op lacks an input or an output 0 (sized in
+    Python)."""
+    n, width = len(reps), key_dims.shape[1]
+    x, w = np.zeros((n, width), np.int64), np.zeros((n, width), np.int64)
+    out = np.zeros((n, width), np.int64)
+    eight, missing = np.zeros(n, np.bool_), np.zeros(n, np.bool_)
+    for i in range(n):
+        j = reps[i]
+        base = g_tens[np.searchsorted(g_ops, j, side="right") - 1]
+        a, b, c = in_ptr[j], in_ptr[j + 1], out_ptr[j]
+        if b - a < 1 or out_ptr[j + 1] - c < 1 or outs[c] < 0:
+            missing[i] = True
+        if b - a > 0 and ins[a] >= 0:
+            x[i] = key_dims[key_ids[base + ins[a]]]
+        if b - a > 1 and ins[a + 1] >= 0:
+            w[i] = key_dims[key_ids[base + ins[a + 1]]]
+            eight[i] = eight_bit[base + ins[a + 1]]
+        if out_ptr[j + 1] - c > 0 and outs[c] >= 0:
+            out[i] = key_dims[key_ids[base + outs[c]]]
+    return x, w, out, eight, missing
 
 
 @lru_cache(maxsize=4096)

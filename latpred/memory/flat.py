@@ -171,15 +171,12 @@ def xnnpack_totals(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], ba
     keys = batch.tensor_keys
     shapes = _Shapes(keys, key_ids, tensors.g_tens, graph_of)
 
-    def dims(flat: np.ndarray) -> np.ndarray:
-        return key_dims[key_ids[flat]]
-
     def buffers(j: int) -> int:
         sig = shapes.signature(j, planned.ops[j])
         retyped = retype is not None and retype[graph_of[j]]
         return sum(xnn_ops._buffers(flat_int8.int8_signature(sig) if retyped else sig))
 
-    sizer = cb.Sizer(planned, dims, buffers, batch.config_kind)
+    sizer = cb.Sizer(planned, key_ids, key_dims, buffers, batch.config_kind)
     return _layouts(_totals(graphs, planned, op_cfg, sizer, retype, layouts), graphs, layouts)
 
 

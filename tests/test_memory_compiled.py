@@ -200,6 +200,36 @@ def test_wiring_recorded_during_deduction_is_the_walked_wiring(tmp_path):
     assert [p.total_ms for p in preds] == [p.total_ms for p in expected]
 
 
+def test_op_configs_is_each_kernels_first_op():
+    # a graph with as many kernels as ops is read as op i in kernel i; the others (a PAD
+    # folded into a convolution, an int8 table-lookup chain) by each kernel's first op: both
+    # give what reading every kernel gives
+    from latpred import deduce
+    from latpred.memory import flat_arrays
+    from latpred.predictors.batch import FeatureBatch
+
+    graphs = _graphs(6)
+    for target in ("host/cpu/fp32/t1", "host/cpu/int8/t1"):
+        kernels = [tuple(deduce(g, target)) for g in graphs]
+        flat = [k for ks in kernels for k in ks]
+        # every third configuration of several ops (kind -1), the others single
+        config = np.arange(len(flat)) % 50
+        kinds = np.where(np.arange(50) % 3 == 0, -1, 7)
+        batch = FeatureBatch({}, {}, config, 50, np.zeros(len(flat)), {}, np.zeros(50),
+                             config_kind=kinds)
+        g_ops = flat_arrays.op_offsets(graphs)
+        expected = np.full(g_ops[-1], -1)
+        at = 0
+        for g, ks in enumerate(kernels):
+            for k in ks:
+                if kinds[config[at]] >= 0:
+                    expected[g_ops[g] + k.ops[0]] = config[at]
+                at += 1
+        odd = sum(len(ks) != len(g.ops) for g, ks in zip(graphs, kernels))
+        assert odd > 0 and odd < len(graphs)       # both ways are taken
+        assert flat_arrays.op_configs(kernels, batch, g_ops).tolist() == expected.tolist()
+
+
 def _random_signature(rng: random.Random) -> tuple:
     """A random operator signature of the five types with buffers, in `_signature`'s form."""
     op_type = rng.choice(["CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D",

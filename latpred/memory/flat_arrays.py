@@ -45,14 +45,22 @@ def op_offsets(graphs: Sequence[Graph]) -> np.ndarray:
 
 def op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
     """Each op's configuration in the latency pass's FeatureBatch `batch` of the graphs'
-    `kernels`, all graphs' ops in a row (`g_ops`: `op_offsets`); -1 for an op of a several-op
-    kernel or of none."""
+    `kernels` (deduced for the host CPU, `deduce.cpu.deduce_cpu`), all graphs' ops in a row
+    (`g_ops`: `op_offsets`); -1 for an op of a several-op kernel or of none."""
     # a kernel of one op has a configuration of that op's kind, one of several of kind -1
     # (`FeatureBatch.config_kind`): read so, not by each kernel's op count (0.8 us a graph)
     single = batch.config_kind[batch.config] >= 0
-    first = np.fromiter(map(itemgetter(0), map(_OPS, chain.from_iterable(kernels))), np.int64,
-                        len(batch.config))
-    graph_start = np.repeat(g_ops[:-1], [len(ks) for ks in kernels])
+    n_kernels = np.fromiter(map(len, kernels), np.int64, len(kernels))
+    k_ptr = _ptr(n_kernels)
+    # deduce_cpu makes one kernel per op in op order, but a PAD folded into a convolution
+    # joins that convolution's kernel and a table-lookup chain is one kernel: a graph with as
+    # many kernels as ops has op i in kernel i.
+    # Only the other graphs' kernels are read (each one's first op; reading all cost ~1.4 us
+    # a graph, session 40).
+    first = np.arange(len(batch.config)) - np.repeat(k_ptr[:-1], n_kernels)
+    for g in np.flatnonzero(n_kernels != np.diff(g_ops)).tolist():
+        first[k_ptr[g]:k_ptr[g + 1]] = [k.ops[0] for k in kernels[g]]
+    graph_start = np.repeat(g_ops[:-1], n_kernels)
     out = np.full(g_ops[-1], -1, np.int64)
     out[graph_start[single] + first[single]] = batch.config[single]
     return out

@@ -329,6 +329,33 @@ def test_request_templates_give_each_graph_its_own_peak():
     assert batch_peaks(graphs, "fp16", 32, tensors=fb, kernels=kernels).tolist() == want
 
 
+def _pooled(kind: str) -> "Graph":
+    b = GraphBuilder(kind)
+    x = b.input((1, 8, 8, 16))
+    b.output(getattr(b, kind)(x, 2))
+    return b.build()
+
+
+def test_request_templates_follow_the_numbering_of_op_kinds():
+    """Templates keyed by the latency batch's configurations name an op by its kind id, which
+    means another (type, attributes) once the featurizer numbers kinds afresh: a max pool and
+    an average pool over the same tensors swap ids, and each keeps its own requests (a max
+    pool's int64 indices)."""
+    from latpred.memory.cuda import batch_peaks
+    from latpred.predictors import batch as feature_batch
+
+    target = parse_target("h100/cuda/fp16")
+    graphs = [_pooled("max_pool"), _pooled("avg_pool")]
+    want = [simulate(g, "fp16")["peak"] for g in graphs]
+    assert want[0] != want[1]
+    for order in (graphs, graphs[::-1]):
+        feature_batch._OpKeys._local.keys = None      # a fresh numbering, as past its cap
+        kernels = [latpred_deduce(g, target) for g in order]
+        fb = feature_batch.featurize(order, kernels, target, lambda t: (t, ("flops",)))
+        got = batch_peaks(order, "fp16", 1, tensors=fb, kernels=kernels).tolist()
+        assert got == [simulate(g, "fp16")["peak"] for g in order]
+
+
 def latpred_deduce(graph, target):
     from latpred.deduce import deduce
 

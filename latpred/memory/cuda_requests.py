@@ -42,16 +42,16 @@ class _Templates:
         self.meta = np.zeros((1 << 10, 5), np.int64)
         self.n_entries = 0
 
-    def add(self, new: list[tuple], elem: int) -> list[int]:
-        """Make the templates of `new` (key, graph, op) and return their numbers."""
+    def add(self, new: list[tuple], elem: int, workspace) -> list[int]:
+        """Make the templates of `new` (key, graph, op), convolutions' cuDNN workspace from
+        `workspace(graph, op, elem)`, and return their numbers."""
         sizes: list[int] = []
         refs: list[int] = []
         meta: list[tuple] = []
         e = self.n_entries
         for key, graph, op in new:
             load = load_requests(graph, op, elem)
-            fwd = forward_requests(graph, op, elem, cuda_workspace.conv_workspace,
-                                   cuda_workspace.mean_scratch)
+            fwd = forward_requests(graph, op, elem, workspace, cuda_workspace.mean_scratch)
             start = e + len(sizes)
             for size, ref, _ in load.reqs + fwd.reqs:
                 sizes.append(size)
@@ -76,6 +76,7 @@ class _Templates:
 
 _TEMPLATES: dict[int, _Templates] = {}
 _TENSORS: dict[tuple, int] = {}      # a tensor's description -> an id kept across calls
+_KINDS = [-1]     # the numbering of op kinds the templates' configuration keys use
 _LOCK = threading.Lock()
 
 
@@ -90,6 +91,9 @@ def batch_requests(graphs, elem: int, batch: int, tensors=None, kernels=None
         if len(_TENSORS) > _CAP or sum(len(s.index) for s in _TEMPLATES.values()) > _CAP:
             _TENSORS.clear()          # template keys name tensors by these ids: both go
             _TEMPLATES.clear()
+        if tensors is not None and tensors.kind_numbering != _KINDS[0]:
+            _TEMPLATES.clear()        # configuration keys name ops by kind ids of another
+            _KINDS[0] = tensors.kind_numbering
         store = _TEMPLATES.setdefault(elem, _Templates())
         sized = [with_batch(g, batch) for g in graphs]
         g_ops = op_offsets(sized)
@@ -102,7 +106,8 @@ def batch_requests(graphs, elem: int, batch: int, tensors=None, kernels=None
             cfg = op_configs(kernels, tensors, g_ops)
             resized = np.repeat([s is not g for s, g in zip(sized, graphs)], np.diff(g_ops))
             cfg[resized] = -1       # another batch size: other tensors than the batch's
-            by_config = _config_keys(cfg, sized, g_ops, tensors.tensor_ids, shared, store, new)
+            by_config = _config_keys(cfg, sized, g_ops, tensors.config_keys, shared, store,
+                                     new)
             left = cfg < 0
         pos, found, unknown = _op_by_op(left, sized, graphs, g_ops, tensors, shared, store,
                                         new)
@@ -160,31 +165,33 @@ def _op_by_op(left: np.ndarray, sized, graphs, g_ops: np.ndarray, tensors, share
     return (None if every else pos), found, unknown
 
 
-def _config_keys(cfg: np.ndarray, graphs, g_ops: np.ndarray, tensor_ids, shared: list[int],
+def _config_keys(cfg: np.ndarray, graphs, g_ops: np.ndarray, config_keys, shared: list[int],
                  store: _Templates, new: dict
                  ) -> tuple[np.ndarray, list[int], list[tuple[int, tuple]]]:
     """The templates of the ops of single-op kernels (`cfg` >= 0), each looked up once per
-    latency configuration: the latency pass's configuration key reads all the template key
-    does (the op's type and attributes, its tensors' interned descriptions), so ops of one
-    configuration share a template. Returns, for those ops in order, which configuration is
-    theirs (`inverse`), per configuration its template (-1 for one not yet known, noted in
-    `new`), and (place, key) of those."""
+    latency configuration: its key (`FeatureBatch.config_keys`: the op's interned type and
+    attributes, its input count, its tensors' interned ids) reads all the template key does,
+    so ops of one configuration share a template, keyed by the op's kind, input count and its
+    tensors' ids kept across calls (flat ints: hashed faster than the op's own attributes).
+    Returns, for those ops in order, which configuration is theirs (`inverse`), per
+    configuration its template (-1 for one not yet known, noted in `new`), and (place, key) of
+    those."""
     known = np.flatnonzero(cfg >= 0)
-    _, first, inverse = np.unique(cfg[known], return_index=True, return_inverse=True)
+    configs, first, inverse = np.unique(cfg[known], return_index=True, return_inverse=True)
     first = known[first]
-    graph_of = (np.searchsorted(g_ops, first, "right") - 1).tolist()
-    starts = g_ops.tolist()
-    find = store.index.get
+    graph_of = np.searchsorted(g_ops, first, "right") - 1
+    op_of = (first - g_ops[graph_of]).tolist()
+    graph_of = graph_of.tolist()
+    find, kept_id = store.index.get, shared.__getitem__
     found: list[int] = []
     unknown: list[tuple[int, tuple]] = []
-    for pos, k in zip(first.tolist(), graph_of):   # once per configuration: inline
-        tid, g = tensor_ids[k], graphs[k]
-        op = g.ops[pos - starts[k]]
-        key = (op.type, op.attrs, *[shared[tid[i]] for i in op.inputs], -2,
-               *[shared[tid[i]] for i in op.outputs])
+    for n, c in enumerate(configs.tolist()):   # once per configuration: inline
+        ck = config_keys[c]      # (kernel type, stage, kind, input count, *ids)
+        key = (ck[2], ck[3], *map(kept_id, ck[4:]))
         t = find(key)
         if t is None:
-            t = _unknown(key, g, op, new, unknown, len(found))
+            g = graphs[graph_of[n]]
+            t = _unknown(key, g, g.ops[op_of[n]], new, unknown, len(found))
         found.append(t)
     return inverse.reshape(-1), found, unknown
 
@@ -207,11 +214,12 @@ def _resolve(found: list[int], unknown: list[tuple[int, tuple]], store: _Templat
 
 def _add_new(new: dict, store: _Templates, elem: int) -> None:
     """Make the templates of the batch's new configurations, their convolutions' cuDNN
-    workspaces worked out together (one estimator call for those the table lacks)."""
-    cuda_workspace.prefetch_workspaces(
-        [(g, op) for g, op in new.values() if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D")],
-        elem)
-    store.add([(key, g, op) for key, (g, op) in new.items()], elem)
+    workspaces worked out together (one estimator call for those the table lacks; each is a
+    configuration met for the first time, so none is kept)."""
+    convs = [(g, op) for g, op in new.values() if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D")]
+    ws_of = dict(zip([id(op) for _, op in convs], cuda_workspace.workspaces(convs, elem)))
+    store.add([(key, g, op) for key, (g, op) in new.items()], elem,
+              lambda graph, op, elem: ws_of[id(op)])
 
 
 @njit(cache=True)

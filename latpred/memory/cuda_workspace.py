@@ -105,45 +105,33 @@ def measured() -> dict:
 
 
 def conv_workspace(graph: Graph, op: Op, elem: int) -> int:
-    seen = _seen(graph, op, elem)
+    """The workspace of one convolution call, kept per (type, input and filter shapes,
+    attributes, element bytes): a model's convolutions repeat, and `simulate` asks op by op."""
+    seen = (op.type, graph.tensors[op.inputs[0]].shape, graph.tensors[op.inputs[1]].shape,
+            op.attrs, elem)
     ws = _WORKSPACES.get(seen)
     if ws is None:
-        prefetch_workspaces([(graph, op)], elem)
-        ws = _WORKSPACES[seen]
+        if len(_WORKSPACES) > 1 << 16:
+            _WORKSPACES.clear()
+        ws = _WORKSPACES[seen] = workspaces([(graph, op)], elem)[0]
     return ws
 
 
-def prefetch_workspaces(convolutions, elem: int) -> None:
-    """Work out the workspace of each (graph, convolution op) not yet known, estimating those
-    the table lacks in one estimator call."""
-    todo: dict[tuple, tuple] = {}
-    for graph, op in convolutions:
-        seen = _seen(graph, op, elem)
-        if seen not in _WORKSPACES and seen not in todo:
-            todo[seen] = conv_key(graph, op, elem)
-    if len(_WORKSPACES) + len(todo) > 1 << 16:
-        _WORKSPACES.clear()
-    table = measured()
-    unmeasured = []
-    for seen, key in todo.items():
-        ws = table.get(key)
-        if ws is None:
-            unmeasured.append((seen, key))
-        else:
-            _WORKSPACES[seen] = ws
-    if unmeasured:
-        for (seen, _), ws in zip(unmeasured, estimates([k for _, k in unmeasured])):
-            _WORKSPACES[seen] = ws
-
-
-def _seen(graph: Graph, op: Op, elem: int) -> tuple:
-    t = graph.tensors
-    return (op.type, t[op.inputs[0]].shape, t[op.inputs[1]].shape, op.attrs, elem)
-
-
-# conv_workspace per (type, input and filter shapes, attributes, element bytes): a NAS batch
-# meets the same convolutions many times, and the key cuDNN sees costs ~10 us to build
 _WORKSPACES: dict[tuple, int] = {}
+
+
+def workspaces(convolutions, elem: int) -> list[int]:
+    """The workspace of each (graph, convolution op): measured where the table has its
+    configuration, else estimated, those in one estimator call (one call costs ~0.1 ms
+    however few rows it has)."""
+    keys = [conv_key(graph, op, elem) for graph, op in convolutions]
+    table = measured()
+    out = list(map(table.get, keys))
+    missing = [j for j, ws in enumerate(out) if ws is None]
+    if missing:
+        for j, ws in zip(missing, estimates([keys[j] for j in missing])):
+            out[j] = ws
+    return out
 
 
 def mean_scratch(graph: Graph, op: Op, elem: int) -> tuple[int, ...]:
@@ -153,13 +141,16 @@ def mean_scratch(graph: Graph, op: Op, elem: int) -> tuple[int, ...]:
     return reduce_scratch(graph.tensors[op.inputs[0]].shape, axes, elem)
 
 
-def features(key: tuple) -> list[float]:
-    """The estimator's inputs: the key's fields, per-group channels, output height, depthwise
-    and grouped flags, log2 of the input bytes."""
-    elem, n, c, h, w, co, kh, kw, sh, sw, dh, dw, g, ph, pw = key
+def features(keys: list[tuple]) -> np.ndarray:
+    """The estimator's inputs, a row per key: the key's fields, per-group channels, output
+    height, depthwise and grouped flags, log2 of the input bytes."""
+    k = np.array(keys, np.int64).reshape(len(keys), 15)
+    elem, n, c, h, w, co, kh, kw, sh, sw, dh, dw, g, ph, pw = k.T
     oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    return [elem, n, c, h, w, co, kh, sh, g, c // g, co // g, oh, int(g == c and g > 1),
-            int(g > 1), math.log2(max(1, n * c * h * w * elem))]
+    in_bytes = np.maximum(1, n * c * h * w * elem).tolist()
+    return np.column_stack([elem, n, c, h, w, co, kh, sh, g, c // g, co // g, oh,
+                            (g == c) & (g > 1), g > 1,
+                            list(map(math.log2, in_bytes))]).astype(np.float64)
 
 
 def _input_bytes(key: tuple) -> int:
@@ -173,7 +164,7 @@ def fit_estimator(keys, values, n_estimators: int = 200):
     import lightgbm as lgb
     import numpy as np
 
-    X = np.array([features(k) for k in keys], float)
+    X = features(keys)
     y = np.log2(1 + np.array(values, float) / np.array([_input_bytes(k) for k in keys], float))
     model = lgb.LGBMRegressor(n_estimators=n_estimators, learning_rate=0.05, num_leaves=31,
                               min_child_samples=10, verbose=-1, random_state=0)
@@ -197,6 +188,5 @@ def estimates(keys: list[tuple], booster=None) -> list[int]:
     """`estimate` of each key, in one call of the estimator (one call costs ~0.1 ms however
     few rows it has: a NAS batch meets hundreds of new configurations)."""
     b = booster if booster is not None else _shipped()
-    logs = b.predict(np.array([features(k) for k in keys], dtype=np.float64))
-    return [max(0, int(round((2.0 ** float(v) - 1.0) * _input_bytes(k))))
-            for k, v in zip(keys, logs)]
+    logs = b.predict(features(keys)).tolist()
+    return [max(0, int(round((2.0 ** v - 1.0) * _input_bytes(k)))) for k, v in zip(keys, logs)]

@@ -14,6 +14,7 @@ set per kernel at prediction: those groups are predicted per distinct (configura
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from latpred.graph import Graph
 
 # Op objects whose interned facts are kept across calls (chained graphs'; tens of MB at the cap)
 _KEPT_CAP = 1 << 17
+_NUMBERINGS = itertools.count()   # each _OpKeys instance's own: its kind ids mean nothing in another
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,11 @@ class FeatureBatch:
     # Per configuration of one op, its interned (type, attrs) (-1 for a kernel of several ops);
     # latpred.memory reads operator attributes once per such kind.
     config_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
+    # Per configuration its key (a single op's: kernel type, stage, kind, input count, then its
+    # inputs' and outputs' interned ids), and which numbering of kinds they use (kind ids stay
+    # the same across calls while it does): latpred.memory keys CUDA request templates by them.
+    config_keys: tuple[tuple, ...] = ()
+    kind_numbering: int = -1
 
 
 def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target: Any,
@@ -119,7 +126,7 @@ def featurize(graphs: Sequence[Graph], kernels: Sequence[Sequence[Any]], target:
                         config_ids, len(seen),
                         _graph_context(kernels, config_ids, moved_per_config), context_col,
                         moved_per_config, tuple(sigs), tuple(interned),
-                        np.asarray(kinds, dtype=np.intp))
+                        np.asarray(kinds, dtype=np.intp), tuple(seen), op_keys.numbering)
 
 
 def _graph_context(kernels: Sequence[Sequence[Any]], config: np.ndarray,
@@ -222,6 +229,7 @@ class _OpKeys:
         self.kinds: dict[int, int] = {}        # id(Op) -> its interned (type, attrs)
         self.fused: dict[tuple, tuple] = {}    # ids of the Ops -> (layout, tensor indices)
         self.held: list[Any] = []
+        self.numbering = next(_NUMBERINGS)
 
     @classmethod
     def current(cls) -> "_OpKeys":

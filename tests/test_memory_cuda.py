@@ -338,9 +338,9 @@ def _pooled(kind: str) -> "Graph":
 
 def test_request_templates_follow_the_numbering_of_op_kinds():
     """Templates keyed by the latency batch's configurations name an op by its kind id, which
-    means another (type, attributes) once the featurizer numbers kinds afresh: a max pool and
-    an average pool over the same tensors swap ids, and each keeps its own requests (a max
-    pool's int64 indices)."""
+    means another (type, attributes) in another numbering of kinds (a fresh one past the
+    featurizer's cap, or another thread's): a max pool and an average pool over the same
+    tensors swap ids, and each keeps its own requests (a max pool's int64 indices)."""
     from latpred.memory.cuda import batch_peaks
     from latpred.predictors import batch as feature_batch
 

@@ -74,9 +74,11 @@ class _Templates:
         return list(range(t0, t_end))
 
 
-_TEMPLATES: dict[int, _Templates] = {}
+# per (numbering of op kinds, element bytes): configuration keys name an op by its kind id in
+# the featurizer's numbering (`FeatureBatch.kind_numbering`; one a thread, and a new one past
+# its cap), so each numbering has its templates
+_TEMPLATES: dict[tuple[int, int], _Templates] = {}
 _TENSORS: dict[tuple, int] = {}      # a tensor's description -> an id kept across calls
-_KINDS = [-1]     # the numbering of op kinds the templates' configuration keys use
 _LOCK = threading.Lock()
 
 
@@ -91,10 +93,8 @@ def batch_requests(graphs, elem: int, batch: int, tensors=None, kernels=None
         if len(_TENSORS) > _CAP or sum(len(s.index) for s in _TEMPLATES.values()) > _CAP:
             _TENSORS.clear()          # template keys name tensors by these ids: both go
             _TEMPLATES.clear()
-        if tensors is not None and tensors.kind_numbering != _KINDS[0]:
-            _TEMPLATES.clear()        # configuration keys name ops by kind ids of another
-            _KINDS[0] = tensors.kind_numbering
-        store = _TEMPLATES.setdefault(elem, _Templates())
+        numbering = -1 if tensors is None else tensors.kind_numbering
+        store = _TEMPLATES.setdefault((numbering, elem), _Templates())
         sized = [with_batch(g, batch) for g in graphs]
         g_ops = op_offsets(sized)
         tpl_ids = np.full(g_ops[-1], -1, np.int64)

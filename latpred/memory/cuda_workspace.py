@@ -162,7 +162,6 @@ def fit_estimator(keys, values, n_estimators: int = 200):
     """A LightGBM regressor of log2(1 + workspace / input bytes) on `features` (the workspace
     of cuDNN's engines scales with the input: ratios cluster at small integers)."""
     import lightgbm as lgb
-    import numpy as np
 
     X = features(keys)
     y = np.log2(1 + np.array(values, float) / np.array([_input_bytes(k) for k in keys], float))

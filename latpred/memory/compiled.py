@@ -23,8 +23,8 @@ separately, so two processes compiling different signatures of one function at o
 get several: literal arguments) can leave the index naming one signature's code for
 another's, which then runs on the wrong types (session 39 met a twin classification reading
 garbage tensor indices after two such processes; numba/numba#10128 reports the same race).
-Editing this file: the cache checks only the cached function's own file, so
-`compiled_graph`'s cached functions keep the old code of the ones here until
+Editing this file (or `compiled_workspace.py`): the cache checks only the cached function's
+own file, so `compiled_graph`'s cached functions keep the old code of the ones here until
 latpred/memory/__pycache__/*.nbi, *.nbc are deleted (a fresh install or clone has none).
 
 Arrays: `t_*` per tensor, `op_*` per op; `*_ptr` are CSR offsets (entries [ptr[i], ptr[i+1])).
@@ -34,6 +34,18 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+# Per op type, what the host's compiled plan reads (`compiled_graph`, `compiled_workspace`;
+# `flat.op_flags` sets them from the Python planners' own type sets).
+OP_ALWAYS, OP_SPLIT, OP_STATIC, OP_POOL, OP_SOFTMAX = 1, 2, 4, 8, 16
+OP_TFLITE_ONLY = 32        # temporaries when left to TFLite: not here
+OP_INPLACE = 8192          # may share its input's buffer when left to TFLite: here only when
+                           # its output is a graph output, which `IdentifyInPlaceTensors` never
+                           # shares (an int8 model's closing SOFTMAX, which XNNPACK declines)
+OP_KIND_STOP = 64          # SHAPE, REDUCE_PROD: may change allocation types: not here
+OP_RESHAPE, OP_SLICE, OP_FOLD = 128, 256, 512    # may fold at Prepare (litert_builtin)
+OP_XNN_IN_PLACE, OP_PAD, OP_CONV = 1024, 2048, 4096
+STATIC_SHIFT = 16          # bits 16-19: `xnnpack_partition._STATIC`'s input positions
 
 NEVER = 2 ** 31 - 1            # arena.NEVER
 ALIGN = 64                     # arena.TENSOR_ALIGNMENT, xnnpack.ALIGNMENT

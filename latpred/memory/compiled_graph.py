@@ -3,9 +3,9 @@
 A port of `xnnpack.delegated_input` (partitions in one pass, `xnnpack_partition._subset_numbers`), of
 `litert_plan.plan` for one chunk without in-place sharing or temporaries, and of
 `xnnpack.workspace_plan` without extents (`_lifetimes`, `_reused`, `_partition_plan`), with
-the rules and sources those functions cite; `compiled.py` holds the shared pieces. Graphs
-outside that scope report `False` (see `OP_*` and `flat.op_flags`) and `flat.py` plans them in
-Python. Tensor indices are the graph's own; `-1` is an absent optional input.
+the rules and sources those functions cite; `compiled.py` holds the shared pieces (the op
+flags `OP_*` among them), `compiled_workspace.py` the workspace. Graphs outside that scope
+report `False` (see `OP_*` and `flat.op_flags`) and `flat.py` plans them in Python. Tensor indices are the graph's own; `-1` is an absent optional input.
 """
 
 from __future__ import annotations
@@ -13,18 +13,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from latpred.memory.compiled import ALIGN, gap_offset, leaf, tflite_arena
-
-# Per op type (`flat.op_flags` sets them from the Python planners' own type sets).
-OP_ALWAYS, OP_SPLIT, OP_STATIC, OP_POOL, OP_SOFTMAX = 1, 2, 4, 8, 16
-OP_TFLITE_ONLY = 32        # temporaries when left to TFLite: not here
-OP_INPLACE = 8192          # may share its input's buffer when left to TFLite: here only when
-                           # its output is a graph output, which `IdentifyInPlaceTensors` never
-                           # shares (an int8 model's closing SOFTMAX, which XNNPACK declines)
-OP_KIND_STOP = 64          # SHAPE, REDUCE_PROD: may change allocation types: not here
-OP_RESHAPE, OP_SLICE, OP_FOLD = 128, 256, 512    # may fold at Prepare (litert_builtin)
-OP_XNN_IN_PLACE, OP_PAD, OP_CONV = 1024, 2048, 4096
-STATIC_SHIFT = 16          # bits 16-19: `xnnpack_partition._STATIC`'s input positions
+from latpred.memory.compiled import (OP_ALWAYS, OP_FOLD, OP_INPLACE, OP_KIND_STOP, OP_POOL,
+                                     OP_RESHAPE, OP_SLICE, OP_SOFTMAX, OP_SPLIT, OP_STATIC,
+                                     OP_TFLITE_ONLY, STATIC_SHIFT, leaf, tflite_arena)
+from latpred.memory.compiled_workspace import ROWS, count_readers, workspace
 
 
 @leaf
@@ -204,168 +196,13 @@ def _nodes(o0, n_op, sub, n_sub, sup, leave, is_out, in_ptr, ins, out_ptr, outs,
     return n_node, n_part
 
 
-@leaf
-def _mapped(t, fused, fst, p):
-    """`fused.get(t, t)` for partition p: an elided node's output stands for its source."""
-    return fused[t] if t >= 0 and fst[t] == p else t
-
-
-@leaf
-def _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, readers, first,
-               last, cons, fused, fst, seen, cand):
-    """`xnnpack._lifetimes` for partition p (its internal tensors have pin == p); returns the
-    ops that may run in place (in `cand`). `readers[t]`: how many ops read t (-1 - the op,
-    when one)."""
-    n_cand = 0
-    for n in range(len(ops)):
-        j = o0 + ops[n]
-        f, a, b = flags[j], in_ptr[j], in_ptr[j + 1]
-        stamp = ops[n] + 1          # seen[t] == stamp: node n has read t (ops are unique)
-        if f & (OP_POOL | OP_PAD | OP_XNN_IN_PLACE) and out_ptr[j + 1] > out_ptr[j] and \
-                pin[outs[out_ptr[j]]] == p:
-            r = readers[outs[out_ptr[j]]]
-            if (f & OP_PAD and r < 0 and flags[o0 - 1 - r] & OP_CONV) or \
-                    (not f & OP_PAD and noact[j]):
-                # elided: its readers read its input, which it keeps alive (no consumer)
-                out = outs[out_ptr[j]]
-                fused[out], fst[out] = _mapped(ins[a], fused, fst, p), p
-                for q in range(a, b):
-                    t = _mapped(ins[q], fused, fst, p)
-                    if t >= 0 and pin[t] == p and seen[t] != stamp:
-                        seen[t], last[t] = stamp, n
-                continue
-            if f & (OP_XNN_IN_PLACE | OP_POOL):
-                cand[n_cand] = j
-                n_cand += 1
-        for q in range(out_ptr[j], out_ptr[j + 1]):
-            if pin[outs[q]] == p:
-                first[outs[q]] = last[outs[q]] = n
-        for q in range(a, b):        # a value read twice by one node is one consumer
-            t = _mapped(ins[q], fused, fst, p)
-            if t >= 0 and pin[t] == p and seen[t] != stamp:
-                seen[t], last[t] = stamp, n
-                cons[t] += 1
-    return n_cand
-
-
-@leaf
-def _reused(cand, p, pin, in_ptr, ins, out_ptr, outs, flags, clamp, size, last, cons, fused,
-            fst, reuse, rst):
-    """`xnnpack._reused`: in-place outputs take a one-consumer input of equal size
-    (reuse[t], valid where rst[t] == p), extending that value's lifetime."""
-    for j in cand:
-        out = outs[out_ptr[j]]
-        if pin[out] != p or fst[out] == p or cons[out] != 1 or \
-                not (flags[j] & OP_XNN_IN_PLACE or clamp[j]):
-            continue
-        for q in range(in_ptr[j], in_ptr[j + 1]):
-            t = _mapped(ins[q], fused, fst, p)
-            if t >= 0 and pin[t] == p and fst[t] != p and cons[t] == 1 and \
-                    size[t] == size[out]:
-                root = t
-                while rst[root] == p:
-                    root = reuse[root]
-                reuse[out], rst[out] = root, p
-                last[root] = max(last[root], last[out])
-                break
-
-
-@leaf
-def _place(values, n_val, need, first, last, off, end, bs, be):
-    """`xnnpack._partition_plan`'s placement: values (largest first) at the smallest gap
-    among the blocks of those placed whose lifetimes meet theirs; the plan's size (`off`,
-    `end`, `bs`, `be`: scratch of n_val entries)."""
-    total = 0
-    for v in range(n_val):
-        t = values[v]
-        nb = 0
-        for k in range(v):
-            u = values[k]
-            if last[u] >= first[t] and first[u] <= last[t]:
-                s, e = off[k], end[k]
-                i = nb          # insertion by (start, end)
-                while i > 0 and (bs[i - 1] > s or (bs[i - 1] == s and be[i - 1] > e)):
-                    bs[i], be[i] = bs[i - 1], be[i - 1]
-                    i -= 1
-                bs[i], be[i] = s, e
-                nb += 1
-        off[v] = gap_offset(bs, be, nb, need[t]) if nb else 0
-        end[v] = off[v] + need[t]
-        total = max(total, end[v])
-    return total
-
-
-@leaf
-def _workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr, ins, out_ptr, outs,
-               flags, clamp, noact, size, readers, W):
-    """`xnnpack.workspace_plan(..., with_extent=False)`: (workspace bytes, regrowth)."""
-    n_t = len(size)
-    need = W[W_TEMP, :n_t]
-    for t in range(n_t):
-        need[t] = (size[t] + ALIGN - 1) // ALIGN * ALIGN       # xnnpack.rounded
-    pin, fst, rst = W[W_TEMP + 1, :n_t], W[W_TEMP + 2, :n_t], W[W_TEMP + 3, :n_t]
-    fused, reuse, seen = W[W_TEMP + 4, :n_t], W[W_TEMP + 5, :n_t], W[W_TEMP + 6, :n_t]
-    first, last, cons = W[W_TEMP + 7, :n_t], W[W_TEMP + 8, :n_t], W[W_TEMP + 9, :n_t]
-    for row in (pin, fst, rst, fused, reuse):
-        row[:] = -1
-    for row in (seen, first, last, cons):
-        row[:] = 0
-    values, cand = W[W_TEMP + 10], W[W_TEMP + 11]
-    off, end, bs, be = W[W_TEMP + 12], W[W_TEMP + 13], W[W_TEMP + 14], W[W_TEMP + 15]
-    best, regrowth = 0, 0
-    for p in range(n_part):
-        inside = inner[inner_ptr[p]:inner_ptr[p + 1]]
-        if best:
-            total = 0
-            for t in inside:
-                total += need[t]
-            if total <= best:
-                continue    # cannot outgrow the workspace (see xnnpack.workspace_plan)
-        for t in inside:
-            pin[t], cons[t] = p, 0
-        ops = part_ops[part_ptr[p]:part_ptr[p + 1]]
-        n_cand = _lifetimes(o0, ops, p, pin, in_ptr, ins, out_ptr, outs, flags, noact, readers,
-                            first, last, cons, fused, fst, seen, cand)
-        _reused(cand[:n_cand], p, pin, in_ptr, ins, out_ptr, outs, flags, clamp, size, last,
-                cons, fused, fst, reuse, rst)
-        n_val = 0
-        for t in inside:        # by rounded size, largest first; ties by tensor index
-            if fst[t] != p and size[t] > 0 and rst[t] != p:
-                k = n_val
-                while k > 0 and (need[values[k - 1]] < need[t] or
-                                 (need[values[k - 1]] == need[t] and values[k - 1] > t)):
-                    values[k] = values[k - 1]
-                    k -= 1
-                values[k] = t
-                n_val += 1
-        size_p = _place(values, n_val, need, first, last, off, end, bs, be)
-        if size_p > best:
-            regrowth += best + 32 if best else 0        # 2 * XNN_EXTRA_BYTES
-            best = size_p
-    return (best + 32 if best else 0), regrowth
-
-
-@leaf
-def _readers(o0, n_op, n_t, in_ptr, ins, W):
-    """Per tensor, into `W[W_READERS]`: 0 without readers, -1 - the op when one op reads it, 2
-    for more."""
-    readers, by = W[W_READERS, :n_t], W[W_TEMP, :n_t]
-    readers[:] = 0
-    by[:] = -1
-    for j in range(n_op):
-        for q in range(in_ptr[o0 + j], in_ptr[o0 + j + 1]):
-            t = ins[q]
-            if t >= 0 and by[t] != j:
-                by[t] = j
-                readers[t] = -1 - j if readers[t] == 0 else 2
-
-
 # Scratch rows, allocated once a batch (`scratch`) instead of ~60 small arrays a graph: numba's
 # allocation and release cost ~20-50 ns an array, a fifth of a graph's plan (session 40).
 # Rows of `W` (int64): an op's producer and subset, then `_nodes`' plan (8 rows, read until
-# the workspace is planned), `_readers`' counts, then rows each stage uses only while it runs
+# the workspace is planned), `count_readers`' counts, then rows each stage uses only while it runs
 # (`_nodes`' sort, the arena's, the workspace's). Rows of `B` (bool): below.
-W_PRODUCER, W_SUB, W_NODES, W_READERS, W_TEMP, W_ROWS = 0, 1, 2, 10, 11, 27
+W_PRODUCER, W_SUB, W_NODES, W_READERS, W_TEMP = 0, 1, 2, 10, 11
+W_ROWS = W_TEMP + ROWS
 W_ARENA = W_TEMP
 B_SUP, B_IS_OUT, B_LEAVE, B_WANTED, B_ROWS = 0, 1, 2, 3, 4
 
@@ -427,13 +264,13 @@ def plan_graph(o0, o1, size, const, dtype_ok, g_in, g_out, in_ptr, ins, out_ptr,
                          W[W_ARENA:W_ARENA + 11], B[B_WANTED])
     if arena < 0:
         return False, 0, 0, 0
-    _readers(o0, n_op, n_t, in_ptr, ins, W)
-    workspace, regrowth = _workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr,
-                                     ins, out_ptr, outs, flags, clamp, noact, size,
-                                     W[W_READERS, :n_t], W)
+    count_readers(o0, n_op, n_t, in_ptr, ins, W[W_READERS], W[W_TEMP])
+    ws, regrowth = workspace(o0, part_ptr, part_ops, inner_ptr, inner, n_part, in_ptr, ins,
+                             out_ptr, outs, flags, clamp, noact, size, W[W_READERS, :n_t],
+                             W[W_TEMP:W_TEMP + ROWS])
     for j in range(n_op):
         delegated[o0 + j] = sup[j]
-    return True, arena, workspace, regrowth
+    return True, arena, ws, regrowth
 
 
 @njit(cache=True)

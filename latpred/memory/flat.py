@@ -21,6 +21,7 @@ from typing import Any, Callable, Collection, NamedTuple, Sequence
 import numpy as np
 
 from latpred.graph import Graph
+from latpred.memory import compiled as cc
 from latpred.memory import compiled_buffers as cb
 from latpred.memory import compiled_graph as cg
 from latpred.memory import flat_int8
@@ -43,27 +44,27 @@ OP_BUFFERS = 1 << 24            # packed weights or an indirection buffer (not a
 
 
 def type_flags(op_type: str) -> int:
-    """`compiled_graph.OP_*` bits of an op type, read from the Python planners' own sets."""
+    """`compiled.OP_*` bits of an op type, read from the Python planners' own sets."""
     flags = _FLAGS.get(op_type)
     if flags is not None:
         return flags
     static = partition._STATIC.get(op_type)
-    bits = [(op_type in partition._ALWAYS, cg.OP_ALWAYS), (op_type == "SPLIT", cg.OP_SPLIT),
-            (static is not None, cg.OP_STATIC), (op_type in xnnpack._POOLS, cg.OP_POOL),
-            (op_type == "SOFTMAX", cg.OP_SOFTMAX),
+    bits = [(op_type in partition._ALWAYS, cc.OP_ALWAYS), (op_type == "SPLIT", cc.OP_SPLIT),
+            (static is not None, cc.OP_STATIC), (op_type in xnnpack._POOLS, cc.OP_POOL),
+            (op_type == "SOFTMAX", cc.OP_SOFTMAX),
             (op_type in REDUCE or op_type in ("CONV_2D", "FULLY_CONNECTED"),
-             cg.OP_TFLITE_ONLY),
-            (bool(INPLACE.get(op_type)), cg.OP_INPLACE),
-            (op_type in ("SHAPE", "REDUCE_PROD"), cg.OP_KIND_STOP),
-            (op_type == "RESHAPE", cg.OP_RESHAPE), (op_type == "STRIDED_SLICE", cg.OP_SLICE),
-            (op_type in PREPARE_FOLDS - {"RESHAPE", "STRIDED_SLICE"}, cg.OP_FOLD),
-            (op_type in xnnpack._IN_PLACE, cg.OP_XNN_IN_PLACE),
-            (op_type in xnnpack._ELIDABLE - xnnpack._POOLS, cg.OP_PAD),
-            (op_type in ("CONV_2D", "DEPTHWISE_CONV_2D"), cg.OP_CONV),
+             cc.OP_TFLITE_ONLY),
+            (bool(INPLACE.get(op_type)), cc.OP_INPLACE),
+            (op_type in ("SHAPE", "REDUCE_PROD"), cc.OP_KIND_STOP),
+            (op_type == "RESHAPE", cc.OP_RESHAPE), (op_type == "STRIDED_SLICE", cc.OP_SLICE),
+            (op_type in PREPARE_FOLDS - {"RESHAPE", "STRIDED_SLICE"}, cc.OP_FOLD),
+            (op_type in xnnpack._IN_PLACE, cc.OP_XNN_IN_PLACE),
+            (op_type in xnnpack._ELIDABLE - xnnpack._POOLS, cc.OP_PAD),
+            (op_type in ("CONV_2D", "DEPTHWISE_CONV_2D"), cc.OP_CONV),
             (op_type in xnn_ops._WITH_BUFFERS, OP_BUFFERS)]
     flags = sum(bit for on, bit in bits if on)
     for k in static or ():
-        flags |= 1 << (cg.STATIC_SHIFT + k)
+        flags |= 1 << (cc.STATIC_SHIFT + k)
     _FLAGS[op_type] = flags
     return flags
 
@@ -74,7 +75,7 @@ def _op_attrs(ops: list, flags: np.ndarray, kinds: np.ndarray | None) -> tuple[n
     per distinct type and attributes: a fresh op would build its attribute dict). `kinds`:
     per op its interned (type, attributes) from the latency batch (-1: not known), which
     spares hashing the attributes of every such op (~1 us each)."""
-    at = np.flatnonzero(flags & (cg.OP_POOL | cg.OP_SOFTMAX))
+    at = np.flatnonzero(flags & (cc.OP_POOL | cc.OP_SOFTMAX))
     by_kind: dict[int, tuple[bool, bool, bool]] = {}
     facts = []
     known = kinds[at] if kinds is not None else np.full(len(at), -1)

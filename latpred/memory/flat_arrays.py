@@ -45,16 +45,17 @@ def op_offsets(graphs: Sequence[Graph]) -> np.ndarray:
 
 def op_configs(kernels: Sequence[Sequence[Any]], batch: Any, g_ops: np.ndarray) -> np.ndarray:
     """Each op's configuration in the latency pass's FeatureBatch `batch` of the graphs'
-    `kernels` (deduced for the host CPU, `deduce.cpu.deduce_cpu`), all graphs' ops in a row
-    (`g_ops`: `op_offsets`); -1 for an op of a several-op kernel or of none."""
+    `kernels` (deduced for the host CPU or CUDA, `deduce.cpu.deduce_cpu`,
+    `deduce.cuda.deduce_cuda`), all graphs' ops in a row (`g_ops`: `op_offsets`); -1 for an op
+    of a several-op kernel or of none."""
     # a kernel of one op has a configuration of that op's kind, one of several of kind -1
     # (`FeatureBatch.config_kind`): read so, not by each kernel's op count (0.8 us a graph)
     single = batch.config_kind[batch.config] >= 0
     n_kernels = np.fromiter(map(len, kernels), np.int64, len(kernels))
     k_ptr = _ptr(n_kernels)
-    # deduce_cpu makes one kernel per op in op order, but a PAD folded into a convolution
-    # joins that convolution's kernel and a table-lookup chain is one kernel: a graph with as
-    # many kernels as ops has op i in kernel i.
+    # Both make one kernel per op in op order, but ops that join one (on the CPU a PAD folded
+    # into a convolution, a table-lookup chain; on CUDA a view and its neighbour): no op is
+    # in two kernels or none, so a graph with as many kernels as ops has op i in kernel i.
     # Only the other graphs' kernels are read (each one's first op; reading all cost ~1.4 us
     # a graph, session 40).
     first = np.arange(len(batch.config)) - np.repeat(k_ptr[:-1], n_kernels)

@@ -30,7 +30,7 @@ import numpy as np
 from latpred.deduce.xnnpack_int8 import declined, op_declines
 from latpred.graph import Graph, Op
 from latpred.memory import compiled_twin as ct
-from latpred.memory.compiled_graph import OP_CONV
+from latpred.memory.compiled import OP_CONV
 from latpred.memory.flat_arrays import Tensors, Wiring, graph_tensors, op_offsets
 from latpred.tflite.quantize import is_float_graph, requantized
 

@@ -1,11 +1,12 @@
 """One graph's XNNPACK-delegated plan, compiled: partitions, TFLite's arena, the workspace.
 
-A port of `xnnpack.delegated_input` (partitions in one pass, `xnnpack_partition._subset_numbers`), of
-`litert_plan.plan` for one chunk without in-place sharing or temporaries, and of
-`xnnpack.workspace_plan` without extents (`_lifetimes`, `_reused`, `_partition_plan`), with
-the rules and sources those functions cite; `compiled.py` holds the shared pieces (the op
-flags `OP_*` among them), `compiled_workspace.py` the workspace. Graphs outside that scope
-report `False` (see `OP_*` and `flat.op_flags`) and `flat.py` plans them in Python. Tensor indices are the graph's own; `-1` is an absent optional input.
+A port of `xnnpack.delegated_input` (partitions in one pass,
+`xnnpack_partition._subset_numbers`) and of `litert_plan.plan` for one chunk without in-place
+sharing or temporaries, with the rules and sources those functions cite; the workspace
+(`xnnpack.workspace_plan` without extents) is in `compiled_workspace.py`, the shared pieces
+(the op flags `OP_*` among them) in `compiled.py`. Graphs outside that scope report `False`
+(see `OP_*` and `flat.op_flags`) and `flat.py` plans them in Python. Tensor indices are the
+graph's own; `-1` is an absent optional input.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from latpred.graph import Graph
 
 # Op objects whose interned facts are kept across calls (chained graphs'; tens of MB at the cap)
 _KEPT_CAP = 1 << 17
-_NUMBERINGS = itertools.count()   # each _OpKeys instance's own: its kind ids mean nothing in another
+# each _OpKeys instance numbers kinds its own way: a kind id means nothing in another
+_NUMBERINGS = itertools.count()
 
 
 @dataclass(frozen=True)

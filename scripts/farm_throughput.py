@@ -1,10 +1,12 @@
 """Throughput of `latpred profile --ray` with 1 and 2 devices on this machine, beside the
 single-machine profiler, and each campaign's retest MdAPE (developer tool, not a test).
 
-Usage: .venv/bin/python scripts/farm_throughput.py MODELS_DIR OUT_DIR
-Each device is one core (`latpred-cpu-<c>`) of a local Ray instance; run it on an idle machine.
+Usage: .venv/bin/python scripts/farm_throughput.py MODELS_DIR OUT_DIR [RETEST_FRACTION]
+Each device is one core (`latpred-cpu-<c>`) of a local Ray instance; run it on an idle machine
+(a timing campaign: nothing else running). Writes OUT_DIR/summary.json beside the datasets.
 """
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -19,11 +21,11 @@ from latpred.target import parse_target
 TARGET = "host/cpu/fp32/t1"
 
 
-def main(models_dir: str, out_dir: str) -> None:
+def main(models_dir: str, out_dir: str, retest: str = "0.25") -> None:
     paths = model_paths([models_dir])
     out = Path(out_dir)
     target = parse_target(TARGET)
-    run = RunOptions(retest_fraction=0.25)
+    run = RunOptions(retest_fraction=float(retest))
     rows = []
     t0 = time.perf_counter()
     r = profile_models(paths, target, out / "single", options=run, progress=False)
@@ -36,11 +38,16 @@ def main(models_dir: str, out_dir: str) -> None:
         rows.append((f"--ray, {len(cores)} device(s)", time.perf_counter() - t0,
                      out / f"farm{len(cores)}", r))
         ray.shutdown()
+    summary = []
     for name, wall, ds, r in rows:
         noise = Dataset.open(ds).manifest["targets"][TARGET]["noise"]
         print(f"{name:32s} {len(paths)} models in {wall:6.1f} s = {len(paths) / wall * 60:5.1f} "
               f"models/min; e2e retest MdAPE {noise['e2e_retest_mdape']}% "
               f"({noise.get('retest', 'start_vs_end')}, n={noise['n_retest']})")
+        summary.append({"campaign": name, "dataset": ds.name, "models": len(paths),
+                        "wall_s": round(wall, 1),
+                        "models_per_min": round(len(paths) / wall * 60, 1), "noise": noise})
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -303,6 +303,38 @@ def test_drift_correct_rescales_labels(campaign, tmp_path):
     assert r.exit_code == 2 and "Traceback" not in r.output
 
 
+def test_drift_correct_takes_a_farm_device_by_device(campaign, tmp_path):
+    """A Ray farm's drift series holds each device's readings: each model is corrected through
+    its own device's series, every device to one level (the median of all readings), so a
+    device that runs slower is brought onto the others' scale; a device with one reading has
+    a constant factor, and a model from a device without any is refused."""
+    _, _, ds = campaign
+    models = ds.models(TARGET).sort_values("measured_at").reset_index(drop=True)
+    models["farm_device"] = ["latpred-cpu-0", "latpred-cpu-1"] * 3 + ["latpred-cpu-0"]
+    t0, t1 = float(models["measured_at"].min()), float(models["measured_at"].max())
+    series = [{"t": t0, "ms": 1.0, "device": "latpred-cpu-0"},
+              {"t": t1, "ms": 1.2, "device": "latpred-cpu-0"},
+              {"t": t0, "ms": 2.0, "device": "latpred-cpu-1"}]
+    farm = Dataset.create(tmp_path / "farm", name="farm")
+    farm.update_manifest(TARGET, **{**ds.manifest["targets"][TARGET],
+                                    "drift": {"series": series}})
+    farm.append_kernels(ds.kernels(TARGET))
+    farm.append_models(models)
+    drift_correct(farm.root, tmp_path / "fixed")
+    fixed = Dataset.open(tmp_path / "fixed").models(TARGET).set_index("model_id")
+    old = models.set_index("model_id")
+    level = 1.2                                  # the median of 1.0, 1.2 and 2.0
+    zero = old["farm_device"] == "latpred-cpu-0"
+    expected = np.where(zero, (1.0 + 0.2 * (old["measured_at"] - t0) / (t1 - t0)) / level,
+                        2.0 / level)
+    assert np.allclose(fixed.loc[old.index, "drift_factor"], expected)
+    assert np.allclose(fixed.loc[old.index, "latency_ms"], old["latency_ms"] / expected)
+    farm.update_manifest(TARGET, drift={"series": series[:2]})
+    with pytest.raises(LatpredError, match="3 models were measured on latpred-cpu-1, which "
+                                           "has no drift reading"):
+        drift_correct(farm.root, tmp_path / "refused")
+
+
 # -- the real runtime, once -----------------------------------------------------------------------
 def test_measure_batch_times_real_models_round_robin():
     pytest.importorskip("ai_edge_litert")

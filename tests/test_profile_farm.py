@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -19,6 +20,7 @@ from latpred.errors import LatpredError  # noqa: E402
 from latpred.profile import farm  # noqa: E402
 from latpred.profile.farm import (FarmOptions, cluster_devices, device_resources,  # noqa: E402
                                   profile_on_ray)
+from latpred.profile.drift import drift_correct  # noqa: E402
 from latpred.profile.farm_device import DeviceWorker  # noqa: E402
 from latpred.profile.interleaved import InterleavedProtocol  # noqa: E402
 from latpred.profile.runner import RunOptions  # noqa: E402
@@ -116,7 +118,7 @@ def test_a_node_killed_mid_campaign_loses_and_duplicates_nothing(cluster, models
 
         calls = 0
 
-        def measure(self, batch):
+        def measure(self, batch, reference=False):
             self.calls += 1
             if self.calls == 2 and self.device.resource == "latpred-cpu-1":
                 part = measuring.with_suffix(".part")  # renamed: never read half-written
@@ -125,7 +127,7 @@ def test_a_node_killed_mid_campaign_loses_and_duplicates_nothing(cluster, models
                 wait_for(lambda: False, "this node to be killed")
             if self.calls == 2 and self.device.resource == "latpred-cpu-0":
                 wait_for(measuring.exists, "latpred-cpu-1 to measure its second batch")
-            return super().measure(batch)
+            return super().measure(batch, reference)
 
     monkeypatch.setattr(farm, "DeviceWorker", Gated)
 
@@ -161,6 +163,20 @@ def test_a_node_killed_mid_campaign_loses_and_duplicates_nothing(cluster, models
     entry = ds.manifest["targets"][TARGET]
     assert entry["farm"] == "ray" and entry["noise"]["retest"] == "farm"
     assert entry["noise"]["n_retest"] == 2 and entry["noise"]["e2e_retest_mdape"] is not None
+    # Each device timed the drift reference with each batch it returned (the dead node's
+    # first one included), and the labels are drift-corrected through their own device's.
+    drift = entry["drift"]
+    by_device = {d: v["readings"] for d, v in drift["devices"].items()}
+    assert by_device == {"latpred-cpu-0": 3, "latpred-cpu-1": 1}
+    assert {p["device"] for p in drift["series"]} == set(by_device)
+    drift_correct(out, tmp_path / "corrected")
+    fixed = Dataset.open(tmp_path / "corrected").models(TARGET).set_index("model_id")
+    ms = {d: [p["ms"] for p in drift["series"] if p["device"] == d] for d in by_device}
+    level = float(np.median(ms["latpred-cpu-0"] + ms["latpred-cpu-1"]))
+    one = fixed[fixed["farm_device"] == "latpred-cpu-1"]["drift_factor"]
+    assert np.allclose(one, ms["latpred-cpu-1"][0] / level)
+    zero = fixed[fixed["farm_device"] == "latpred-cpu-0"]["drift_factor"]
+    assert zero.between(min(ms["latpred-cpu-0"]) / level, max(ms["latpred-cpu-0"]) / level).all()
     # A second run finds everything done.
     again = profile_on_ray(models, parse_target(TARGET), out, options=FAST, progress=False)
     assert again.models_measured == 0 and again.models_skipped == 8
@@ -174,7 +190,7 @@ def test_an_error_inside_measure_stops_the_campaign_in_one_sentence(cluster, mod
         """A bug in measuring, not a lost device: it must not be passed from device to
         device until the farm reports every device gone."""
 
-        def measure(self, batch):
+        def measure(self, batch, reference=False):
             raise KeyError("no such column")
 
     monkeypatch.setattr(farm, "DeviceWorker", Broken)

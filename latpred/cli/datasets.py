@@ -54,7 +54,8 @@ def dataset_combine(sources: tuple[str, ...], out: str) -> None:
                    "measured at different times); default: the campaign's own median.")
 def dataset_drift_correct(source: str, out: str, targets: tuple[str, ...],
                           reference_ms: float | None) -> None:
-    """Rescale SOURCE's labels by its drift reference, interpolated at each model's time."""
+    """Rescale SOURCE's labels by its drift reference, interpolated at each model's time (a
+    Ray farm's: through each model's own device's readings, every device to one level)."""
     from latpred.profile.drift import drift_correct
 
     for target, f in drift_correct(source, out, targets, reference_ms).items():

@@ -18,6 +18,11 @@ measured at the reference's median state (or, with `reference_ms`, at one fixed 
 several campaigns: their labels then compare across campaigns). It assumes that a slow-down
 scales every model alike;
 the raw labels stay in the source dataset and the copy's rows keep a `drift_factor` column.
+
+A Ray farm's series (`farm.farm_drift`) holds each device's readings (`device`): each model is
+corrected through its own device's series (`farm_device`), all devices to one level (the
+median of every reading, or `reference_ms`), so the correction also takes out the devices'
+differences in speed. A device with one reading has a constant factor.
 """
 
 from __future__ import annotations
@@ -84,6 +89,33 @@ def drift_factors(series: list[dict[str, Any]], times: np.ndarray,
     return np.where(np.isnan(times), 1.0, factors)
 
 
+def _device_factors(series: list[dict[str, Any]], times: np.ndarray, devices,
+                    reference_ms: float | None, where: str) -> np.ndarray:
+    """A farm's factors: each model's through its own device's readings (`drift_factors`, or
+    the one reading's ratio), over one level for all devices (every reading's median, or
+    `reference_ms`)."""
+    readings = [p for p in series if p.get("ms") and not math.isnan(p["ms"])]
+    level = (float(reference_ms) if reference_ms is not None
+             else float(np.median([float(p["ms"]) for p in readings])))
+    if devices is None:
+        raise DatasetError(f"{where}: the drift series is a farm's, by device, but the models "
+                           "do not say which device measured them (farm_device).")
+    devices = np.asarray(devices, dtype=object)
+    factors = np.ones(len(times))
+    for dev in sorted(set(devices.tolist())):
+        own = [p for p in readings if p.get("device") == dev]
+        mine = devices == dev
+        if not own:
+            raise DatasetError(f"{where}: {int(mine.sum())} models were measured on {dev}, "
+                               "which has no drift reading; measure them again (or leave out "
+                               "the correction).")
+        if len(own) == 1:
+            factors[mine] = float(own[0]["ms"]) / level
+        else:
+            factors[mine] = drift_factors(own, times[mine], level)
+    return factors
+
+
 _SCALED = ("latency_ms", "latency_iqr_ms", "latency_min_ms")
 
 
@@ -124,8 +156,13 @@ def drift_correct(source: str | os.PathLike, out: str | os.PathLike,
         if "measured_at" not in models.columns:
             raise DatasetError(f"{src.root} has no measured_at column: its models were not "
                                "timed by the interleaved protocol.")
-        f = drift_factors(entries[t]["drift"]["series"], models.loc[rows, "measured_at"]
-                          .to_numpy(np.float64), reference_ms)
+        series = entries[t]["drift"]["series"]
+        times = models.loc[rows, "measured_at"].to_numpy(np.float64)
+        if any("device" in p for p in series):
+            f = _device_factors(series, times, models.loc[rows].get("farm_device"),
+                                reference_ms, f"{src.root} ({t})")
+        else:
+            f = drift_factors(series, times, reference_ms)
         factor[rows] = f
         applied[t] = {"min_factor": round(float(f.min()), 5), "max_factor": round(float(f.max()), 5)}
     models = models.assign(drift_factor=factor)

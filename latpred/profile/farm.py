@@ -13,6 +13,12 @@ command.
 Retest: a seeded sample (`RunOptions.retest_fraction`) of the models is measured again at the
 end, each on a different device than the one that labelled it when there are several (the
 manifest's `noise` then holds the label-vs-retest MdAPE across devices, `retest: "farm"`).
+
+Drift: with `RunOptions.drift_every` > 0, each CPU device times the drift reference once with
+every batch it measures; the manifest's `drift` series holds every reading with its device, and
+`drift` per device its own range. `latpred dataset drift-correct` then brings each model to one
+machine state through its own device's series, so devices of one kind that run at other speeds,
+or slow down at other times, are put on one scale (`drift.drift_correct`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from latpred.errors import LatpredError, MeasurementError
 from latpred.profile.adb import DEFAULT_BINARY
@@ -156,7 +164,13 @@ def _campaign(ray, entries, target, out, options, progress, on_result, started) 
     size = options.batch_size or options.interleaved.batch_size
     batches = [[model_file(e.path) for e in todo[i:i + size]] for i in range(0, len(todo), size)]
 
-    def store(models, kernels) -> None:
+    readings: list[dict[str, Any]] = list(
+        ds.manifest["targets"][str(target)].get("drift", {}).get("series", []))
+
+    def store(models, kernels, series) -> None:
+        if series:         # before the rows: a stored model's device has its reading
+            readings.extend(series)
+            ds.update_manifest(str(target), drift=farm_drift(readings, options.run))
         if len(kernels):
             ds.append_kernels(kernels)
         ds.append_models(models)
@@ -170,7 +184,7 @@ def _campaign(ray, entries, target, out, options, progress, on_result, started) 
 
     try:
         farm.run(batches, store, progress, f"profile {target} on {len(devices)} devices",
-                 after=stored)
+                 after=stored, reference=options.run.drift_every > 0)
         report.devices, report.requeued = len(devices), list(farm.requeued)
         report.devices_lost = sorted(set(d.resource for d in devices) - set(farm.alive))
         ds.update_manifest(str(target), farm_devices=farm.infos(),
@@ -244,11 +258,13 @@ class _Farm:
         return [self._infos[k] for k in sorted(self._infos)]
 
     def run(self, batches: list, store: Callable, progress: bool, desc: str,
-            avoid: dict[str, str] | None = None, after: Callable | None = None) -> None:
-        """Hand `batches` out until all are stored; a batch whose device dies goes back in the
-        queue. `avoid`: model stem -> a device that should not measure it (if others can).
-        `after(device)`: called once a device's returned batch is stored and its next batch
-        handed out."""
+            avoid: dict[str, str] | None = None, after: Callable | None = None,
+            reference: bool = False) -> None:
+        """Hand `batches` out until all are stored (`store(models, kernels, drift readings)`);
+        a batch whose device dies goes back in the queue. `avoid`: model stem -> a device that
+        should not measure it (if others can). `after(device)`: called once a device's returned
+        batch is stored and its next batch handed out. `reference`: each batch also times the
+        drift reference."""
         from tqdm import tqdm
 
         queue, returned = list(batches), []
@@ -260,7 +276,7 @@ class _Farm:
                     continue
                 batch = self._pick(queue, dev, avoid)
                 if batch is not None:
-                    self.busy[actor.measure.remote(batch)] = (dev, batch)
+                    self.busy[actor.measure.remote(batch, reference)] = (dev, batch)
             while returned and after is not None:
                 after(returned.pop(0))
             if not self.busy:
@@ -270,7 +286,7 @@ class _Farm:
             ready, _ = self.ray.wait(list(self.busy), num_returns=1)
             dev, batch = self.busy.pop(ready[0])
             try:
-                models, kernels = self.ray.get(ready[0])
+                models, kernels, series = self.ray.get(ready[0])
             except self.ray.exceptions.RayTaskError as err:
                 # `measure` itself raised (a model's own failure is a failed row, so this is
                 # unexpected): the device is alive, and passing the batch on would only drop
@@ -287,7 +303,7 @@ class _Farm:
                 self.requeued += [m.stem for m in batch]
                 continue
             self._remember(dev)
-            store(models, kernels)
+            store(models, kernels, series)
             returned.append(dev)
             bar.update(len(batch))
         bar.close()
@@ -330,7 +346,7 @@ def _retest(farm: _Farm, ds, target, entries, options: FarmOptions) -> dict[str,
     avoid = {by_id[m].path.stem: labelled_on.get(m, "") for m in sample}
     again: list = []
     farm.run([[model_file(by_id[m].path)] for m in sample],
-             lambda mo, ke: again.append((mo, ke)), False, "retest", avoid)
+             lambda mo, ke, _: again.append((mo, ke)), False, "retest", avoid)
     kernels = ds.kernels(name).set_index(["model_id", "kernel_index"])["latency_ms"]
     e2e, kern, cross = [], [], 0
     for mo, ke in again:
@@ -352,6 +368,31 @@ def _retest(farm: _Farm, ds, target, entries, options: FarmOptions) -> dict[str,
     ds.update_manifest(name, noise=noise)
     return {k: noise[k] for k in ("e2e_retest_mdape", "e2e_retest_p90", "kernel_retest_mdape",
                                   "n_retest", "n_retest_on_other_device")}
+
+
+def farm_drift(readings: list[dict[str, Any]], run: RunOptions) -> dict[str, Any]:
+    """The manifest's `drift` entry of a farm: every reading (with its device), and per device
+    its readings' median and range; `range_pct` and `flagged` are the largest device's (the
+    spread between devices is `device_spread_pct`, which drift correction also takes out)."""
+    from latpred.profile.drift import REFERENCE_NAME, reference_hash, summarize_drift
+
+    by_device: dict[str, list] = {}
+    for point in readings:
+        by_device.setdefault(point["device"], []).append(point)
+    per_device = {dev: {"readings": len(points),
+                        "median_ms": round(float(np.median([p["ms"] for p in points])), 6),
+                        **summarize_drift(points, run.drift_bound_pct)}
+                  for dev, points in sorted(by_device.items())}
+    ranges = [d["range_pct"] for d in per_device.values() if d["range_pct"] is not None]
+    medians = [d["median_ms"] for d in per_device.values()]
+    spread = ((max(medians) - min(medians)) / float(np.median(medians)) * 100.0
+              if len(medians) > 1 else 0.0)
+    return {"reference": REFERENCE_NAME, "reference_hash": reference_hash(),
+            "every_models": "one reading a batch, on each device", "bound_pct":
+            run.drift_bound_pct, "series": readings, "devices": per_device,
+            "range_pct": max(ranges) if ranges else None,
+            "flagged": any(d["flagged"] for d in per_device.values()),
+            "device_spread_pct": round(spread, 3)}
 
 
 def device_resources(cores: Sequence[int], threads: int = 1) -> dict[str, float]:

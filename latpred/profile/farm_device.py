@@ -8,8 +8,10 @@ A node of the cluster declares each of its devices as a Ray custom resource of q
 
 `DeviceWorker` is the plain class a Ray actor wraps (one actor per device, placed on the node
 that declares it and holding its resource, so no two actors share a device). Each call measures
-a batch of models into a scratch dataset on its node and returns the rows; only the driver
-writes the campaign's dataset.
+a batch of models into a scratch dataset on its node and returns the rows, with the drift
+reference's reading when asked (one per batch: the driver keeps each device's series, so a farm's
+labels can be drift-corrected device by device, `drift.drift_correct`); only the driver writes
+the campaign's dataset.
 """
 
 from __future__ import annotations
@@ -73,8 +75,12 @@ class DeviceWorker:
         return {"device": self.device.resource, "node_ip": self.device.node_ip,
                 "cpu_model": cpu_model(), "cpu_id": cpu_id(), "pid": os.getpid()}
 
-    def measure(self, models: list[ModelFile]) -> tuple[Any, Any]:
-        """(model rows, kernel rows) of `models` measured on this device."""
+    def measure(self, models: list[ModelFile], reference: bool = False
+                ) -> tuple[Any, Any, list[dict[str, Any]]]:
+        """(model rows, kernel rows, drift readings) of `models` measured on this device; with
+        `reference`, the drift reference joins the batch on a CPU device (readings: the
+        campaign's series points, each with this device's resource; none on a phone, whose
+        `benchmark_model` times no reference)."""
         from latpred.dataset import Dataset
         from latpred.target import parse_target
 
@@ -95,12 +101,14 @@ class DeviceWorker:
                 profile_adb(paths, target, out, self.device.serial, binary=o.benchmark_binary,
                             kernels=o.kernels, timeout_s=o.run.timeout_s, progress=False)
             else:
-                self._measure_cpu(paths, target, out)
+                self._measure_cpu(paths, target, out, reference)
             ds = Dataset.open(out)
             models_df = ds.models(self.target_name).assign(farm_device=self.device.resource)
-            return models_df, ds.kernels(self.target_name)
+            series = ds.manifest["targets"][self.target_name].get("drift", {}).get("series", [])
+            readings = [{**point, "device": self.device.resource} for point in series]
+            return models_df, ds.kernels(self.target_name), readings
 
-    def _measure_cpu(self, paths, target, out) -> None:
+    def _measure_cpu(self, paths, target, out, reference: bool) -> None:
         from latpred.profile.runner import CpuMeasurer, profile_models
         from latpred.profile.litert_cpu import realtime_allowed
 
@@ -108,8 +116,10 @@ class DeviceWorker:
         measurer = CpuMeasurer(threads=target.threads, kernels=o.kernels, cpus=self.device.cpus,
                                realtime=o.realtime and realtime_allowed(),
                                interleaved=o.interleaved)
-        # Retests and the drift reference are the driver's business (across devices).
-        run = replace(o.run, retest_fraction=0.0, drift_every=0, compact=False)
+        # Retests are the driver's business (across devices); the drift reference is timed once,
+        # with the batch's first models, where the driver asks for it
+        run = replace(o.run, retest_fraction=0.0, compact=False,
+                      drift_every=len(paths) if reference else 0)
         profile_models(paths, target, out, measurer, run, progress=False)
 
 

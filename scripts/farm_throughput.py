@@ -1,7 +1,8 @@
 """Throughput of `latpred profile --ray` with 1 and 2 devices on this machine, beside the
 single-machine profiler, and each campaign's retest MdAPE (developer tool, not a test).
 
-Usage: .venv/bin/python scripts/farm_throughput.py MODELS_DIR OUT_DIR [RETEST_FRACTION]
+Usage: .venv/bin/python scripts/farm_throughput.py MODELS_DIR OUT_DIR [RETEST_FRACTION [ORDER]]
+(ORDER: the campaigns in the order run, default single,farm1,farm2.)
 Each device is one core (`latpred-cpu-<c>`) of a local Ray instance; run it on an idle machine
 (a timing campaign: nothing else running). Writes OUT_DIR/summary.json beside the datasets.
 """
@@ -21,22 +22,26 @@ from latpred.target import parse_target
 TARGET = "host/cpu/fp32/t1"
 
 
-def main(models_dir: str, out_dir: str, retest: str = "0.25") -> None:
+def main(models_dir: str, out_dir: str, retest: str = "0.25",
+         order: str = "single,farm1,farm2") -> None:
     paths = model_paths([models_dir])
     out = Path(out_dir)
     target = parse_target(TARGET)
     run = RunOptions(retest_fraction=float(retest))
     rows = []
-    t0 = time.perf_counter()
-    r = profile_models(paths, target, out / "single", options=run, progress=False)
-    rows.append(("latpred profile (one machine)", time.perf_counter() - t0, out / "single", r))
-    for cores in ([1], [0, 1]):
+    for campaign in order.split(","):
+        t0 = time.perf_counter()
+        if campaign == "single":
+            r = profile_models(paths, target, out / "single", options=run, progress=False)
+            rows.append(("latpred profile (one machine)", time.perf_counter() - t0,
+                         out / "single", r))
+            continue
+        cores = [1] if campaign == "farm1" else [0, 1]
         ray.init(resources=device_resources(cores), include_dashboard=False, log_to_driver=False)
         t0 = time.perf_counter()
-        r = profile_on_ray(paths, target, out / f"farm{len(cores)}", options=FarmOptions(run=run),
+        r = profile_on_ray(paths, target, out / campaign, options=FarmOptions(run=run),
                            progress=False)
-        rows.append((f"--ray, {len(cores)} device(s)", time.perf_counter() - t0,
-                     out / f"farm{len(cores)}", r))
+        rows.append((f"--ray, {len(cores)} device(s)", time.perf_counter() - t0, out / campaign, r))
         ray.shutdown()
     summary = []
     for name, wall, ds, r in rows:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -114,6 +115,9 @@ def test_a_campaign_through_the_standin_stores_every_model_and_kernel(phones, mo
     assert not list((dev / "data/local/tmp/latpred").iterdir())
     manifest = ds.manifest["targets"][CPU]
     assert manifest["adb_serial"] == "PIXEL4A" and manifest["pinned_cpus"] == [7]
+    # Each row says when its run took place, in order (drift correction reads it).
+    at = m.set_index("model_id").loc[["m0", "m1", "m2", "m3"], "measured_at"]
+    assert at.is_monotonic_increasing and abs(at.iloc[-1] - time.time()) < 600
     # Running it again measures nothing.
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0 and "4 already in the dataset" in again.output
@@ -226,6 +230,28 @@ def test_a_crashing_run_is_a_failed_row_and_the_campaign_goes_on(phones, models,
 
 
 # -- command line pieces ----------------------------------------------------------------------------
+def test_a_farm_phone_times_the_drift_reference_with_its_batch(phones, models):
+    """A Ray farm's phone (`DeviceWorker`, here without Ray) times the drift reference after
+    the batch through benchmark_model, as the models: one reading, with its device, that
+    drift correction puts beside the models' times."""
+    from latpred.profile.farm import FarmOptions
+    from latpred.profile.farm_device import DeviceWorker, FarmDevice, model_file
+
+    dev = make_device(phones, "PIXEL4A")
+    worker = DeviceWorker(FarmDevice("latpred-adb-PIXEL4A", "node", serial="PIXEL4A"), CPU,
+                          FarmOptions(kernels="builtin"))
+    batch = [model_file(p) for p in sorted(models.glob("*.tflite"))[:2]]
+    rows, kernels, readings = worker.measure(batch, reference=True)
+    assert sorted(rows["model_id"]) == ["m0", "m1"] and len(kernels) == 2 * 7
+    assert (rows["farm_device"] == "latpred-adb-PIXEL4A").all()
+    [reading] = readings
+    assert reading["device"] == "latpred-adb-PIXEL4A" and reading["ms"] > 0
+    assert reading["t"] > rows["measured_at"].max() and reading["models_done"] == 2
+    assert len(invocations(dev)) == 3            # two models, then the reference
+    assert worker.measure(batch[:1])[2] == []    # not asked: no reading, no run
+    assert len(invocations(dev)) == 4
+
+
 def test_core_mask_follows_the_clocks_not_the_cpu_numbers():
     groups = [[7], [4, 5, 6], [0, 1, 2, 3]]
     assert core_mask(parse_target("pixel4/cpu/fp32/1L"), groups) == (7,)

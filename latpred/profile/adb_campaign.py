@@ -102,7 +102,9 @@ def _measure_one(entry: ModelEntry, device: AdbDevice, target, out, keep: Path, 
         return fail("failed", f"adb push failed: {pushed.error_line()}")
     line = benchmark_command(binary, benchmark_args(target, f"{remote}.tflite", f"{remote}.csv",
                                                     kernels, runs, warmup), cpus)
+    started = time.time()
     run = device.shell(line, timeout_s=timeout_s)
+    measured_at = (started + time.time()) / 2
     if run.returncode == 124 and not run.stdout:
         return fail("timeout", f"benchmark_model gave no result within {timeout_s:g} s")
     if not run.ok:
@@ -116,7 +118,7 @@ def _measure_one(entry: ModelEntry, device: AdbDevice, target, out, keep: Path, 
         _write_atomic(csv, (Path(tmp) / "op.csv").read_text(errors="replace"))
     device.shell(f"rm -f {remote}.tflite {remote}.csv")
     try:
-        imported = import_benchmark([log, csv], entry.path, target, out)
+        imported = import_benchmark([log, csv], entry.path, target, out, measured_at)
     except LatpredError as err:  # the output does not fit the model: a failed row, not the end
         return fail("failed", str(err))
     report.models_measured += 1

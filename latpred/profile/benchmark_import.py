@@ -153,8 +153,10 @@ def e2e_fields(report: BenchmarkReport) -> dict:
 
 
 def import_benchmark(outputs: Sequence[str | os.PathLike], model: str | os.PathLike, target,
-                     out: str | os.PathLike) -> ImportReport:
-    """Store one model's benchmark_model profile for `target` in the dataset at `out`."""
+                     out: str | os.PathLike, measured_at: float | None = None) -> ImportReport:
+    """Store one model's benchmark_model profile for `target` in the dataset at `out`
+    (`measured_at`: the run's Unix time, where known, as the interleaved protocol's rows hold
+    it; drift correction reads it)."""
     from latpred.deduce import deduce
     from latpred.tflite import read_tflite
 
@@ -176,7 +178,7 @@ def import_benchmark(outputs: Sequence[str | os.PathLike], model: str | os.PathL
     ds.append_models(pd.DataFrame([{
         "model_id": entry.model_id, "space": entry.space, "seed": entry.seed, "arch": entry.arch,
         "file_hash": hashlib.sha256(data).hexdigest(), "target": target_name, "error": "",
-        **model_fields}]))
+        **model_fields, "measured_at": math.nan if measured_at is None else measured_at}]))
     return ImportReport(entry.model_id, target_name, len(rows), model_fields["latency_ms"], runs)
 
 

@@ -171,7 +171,7 @@ def _campaign(ray, entries, target, out, options, progress, on_result, started) 
     def store(models, kernels, series) -> None:
         if series:         # before the rows: a stored model's device has its reading
             readings.extend(series)
-            ds.update_manifest(str(target), drift=farm_drift(readings, options.run))
+            ds.update_manifest(str(target), drift=farm_drift(readings, options.run, size))
         if len(kernels):
             ds.append_kernels(kernels)
         ds.append_models(models)
@@ -371,10 +371,11 @@ def _retest(farm: _Farm, ds, target, entries, options: FarmOptions) -> dict[str,
                                   "n_retest", "n_retest_on_other_device")}
 
 
-def farm_drift(readings: list[dict[str, Any]], run: RunOptions) -> dict[str, Any]:
-    """The manifest's `drift` entry of a farm: every reading (with its device), and per device
-    its readings' median and range; `range_pct` and `flagged` are the largest device's (the
-    spread between devices is `device_spread_pct`, which drift correction also takes out)."""
+def farm_drift(readings: list[dict[str, Any]], run: RunOptions, every: int) -> dict[str, Any]:
+    """The manifest's `drift` entry of a farm whose devices read the reference once a batch of
+    `every` models: every reading (with its device), and per device its readings' median and
+    range; `range_pct` and `flagged` are the largest device's (the spread between devices is
+    `device_spread_pct`, which drift correction also takes out)."""
     from latpred.profile.drift import REFERENCE_NAME, reference_hash, summarize_drift
 
     by_device: dict[str, list] = {}
@@ -389,8 +390,8 @@ def farm_drift(readings: list[dict[str, Any]], run: RunOptions) -> dict[str, Any
     spread = ((max(medians) - min(medians)) / float(np.median(medians)) * 100.0
               if len(medians) > 1 else 0.0)
     return {"reference": REFERENCE_NAME, "reference_hash": reference_hash(),
-            "every_models": "one reading a batch, on each device", "bound_pct":
-            run.drift_bound_pct, "series": readings, "devices": per_device,
+            "every_models": every, "bound_pct": run.drift_bound_pct, "series": readings,
+            "devices": per_device,
             "range_pct": max(ranges) if ranges else None,
             "flagged": any(d["flagged"] for d in per_device.values()),
             "device_spread_pct": round(spread, 3)}

@@ -170,7 +170,8 @@ def _campaign(ray, entries, target, out, options, progress, on_result, started) 
 
     def store(models, kernels, series) -> None:
         if series:         # before the rows: a stored model's device has its reading
-            readings.extend(series)
+            done = report.models_measured + len(models)       # the campaign's, as one machine's
+            readings.extend({**point, "models_done": done} for point in series)
             ds.update_manifest(str(target), drift=farm_drift(readings, options.run, size))
         if len(kernels):
             ds.append_kernels(kernels)

@@ -126,8 +126,9 @@ class DeviceWorker:
         row = Dataset.open(tmp / "reference-dataset").models(self.target_name).iloc[0]
         if row["status"] != "ok":
             return []
-        return [{"t": round(float(row["measured_at"]), 2), "ms": round(float(row["latency_ms"]), 6),
-                 "models_done": models_done, "phase": "main"}]
+        return [{"t": round(float(row["measured_at"]), 2),
+                 "ms": round(float(row["latency_ms"]), 6), "models_done": models_done,
+                 "phase": "main"}]
 
     def _measure_cpu(self, paths, target, out, reference: bool) -> None:
         from latpred.profile.runner import CpuMeasurer, profile_models

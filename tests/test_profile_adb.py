@@ -24,6 +24,7 @@ from latpred.deduce import deduce
 from latpred.errors import LatpredError
 from latpred.profile.adb import AdbError, benchmark_args, benchmark_command, core_mask
 from latpred.profile.adb_campaign import profile_adb
+from latpred.profile.drift import drift_correct
 from latpred.target import parse_target
 from latpred.tflite import write_tflite
 
@@ -103,9 +104,13 @@ def test_a_campaign_through_the_standin_stores_every_model_and_kernel(phones, mo
     assert (m["status"] == "ok").all() and (m["latency_ms"] > 0).all()
     assert len(k) == 4 * 7 and (k["latency_ms"] >= 0).all()
     assert set(k["kernel_type"]) >= {"conv2d", "dwconv2d", "fc"}
-    # The flags the target asks for: one thread on the one large core (cpu7), built-in kernels.
+    # The flags the target asks for: one thread on the one large core (cpu7), built-in kernels;
+    # the drift reference timed the same way before the first model and after the last.
     calls = invocations(dev)
-    assert len(calls) == 4 and {c["mask"] for c in calls} == {"80"}
+    graphs = [c["flags"]["graph"].rsplit("/", 1)[1] for c in calls]
+    assert graphs == ["drift-ref-v1.tflite", "m0.tflite", "m1.tflite", "m2.tflite",
+                      "m3.tflite", "drift-ref-v1.tflite"]
+    assert {c["mask"] for c in calls} == {"80"}
     flags = calls[0]["flags"]
     assert flags["num_threads"] == "1" and flags["use_xnnpack"] == "false"
     assert flags["enable_op_profiling"] == "true" and "use_gpu" not in flags
@@ -115,13 +120,20 @@ def test_a_campaign_through_the_standin_stores_every_model_and_kernel(phones, mo
     assert not list((dev / "data/local/tmp/latpred").iterdir())
     manifest = ds.manifest["targets"][CPU]
     assert manifest["adb_serial"] == "PIXEL4A" and manifest["pinned_cpus"] == [7]
-    # Each row says when its run took place, in order (drift correction reads it).
+    # Each row says when its run took place, in order, and the reference's two readings
+    # bracket them: the campaign can be drift-corrected.
     at = m.set_index("model_id").loc[["m0", "m1", "m2", "m3"], "measured_at"]
     assert at.is_monotonic_increasing and abs(at.iloc[-1] - time.time()) < 600
+    drift = manifest["drift"]
+    assert [p["phase"] for p in drift["series"]] == ["start", "end"]
+    assert [p["models_done"] for p in drift["series"]] == [0, 4]
+    assert drift["series"][0]["t"] < at.iloc[0] and drift["series"][1]["t"] > at.iloc[-1]
+    assert all(p["ms"] > 0 for p in drift["series"]) and drift["every_models"] == 12
+    drift_correct(out, tmp_path / "corrected")
     # Running it again measures nothing.
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0 and "4 already in the dataset" in again.output
-    assert len(invocations(dev)) == 4
+    assert len(invocations(dev)) == 6
 
 
 def test_xnnpack_rows_and_several_cores(phones, models, tmp_path):
@@ -194,7 +206,7 @@ def test_a_device_that_disconnects_mid_campaign_resumes_without_loss_or_duplicat
     (dev / ".disconnect_after").write_text("2")
     out = tmp_path / "ds"
     args = ["profile", "--target", CPU, "--adb", "FLAKY", "--kernels", "builtin", "--out",
-            str(out), str(models)]
+            str(out), "--drift-every", "0", str(models)]
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 2, first.output
     assert "disconnected" in first.output and "resume" in first.output
@@ -221,7 +233,8 @@ def test_a_crashing_run_is_a_failed_row_and_the_campaign_goes_on(phones, models,
     dev = make_device(phones, "P4")
     (models / "broken.tflite").write_bytes(b"not a flatbuffer at all")
     report = profile_adb([models / "broken.tflite", models / "m0.tflite"], parse_target(CPU),
-                         tmp_path / "ds", "P4", kernels="builtin", progress=False)
+                         tmp_path / "ds", "P4", kernels="builtin", progress=False,
+                         drift_every=0)
     assert report.models_measured == 2 and report.models_failed == 1
     m = Dataset.open(tmp_path / "ds").models(CPU).set_index("model_id")
     assert m.loc["broken", "status"] == "failed" and m.loc["broken", "error"]
@@ -231,9 +244,9 @@ def test_a_crashing_run_is_a_failed_row_and_the_campaign_goes_on(phones, models,
 
 # -- command line pieces ----------------------------------------------------------------------------
 def test_a_farm_phone_times_the_drift_reference_with_its_batch(phones, models):
-    """A Ray farm's phone (`DeviceWorker`, here without Ray) times the drift reference after
-    the batch through benchmark_model, as the models: one reading, with its device, that
-    drift correction puts beside the models' times."""
+    """A Ray farm's phone (`DeviceWorker`, here without Ray) times the drift reference once
+    before the batch's models through benchmark_model, as them: one reading, with its device,
+    that drift correction puts beside the models' times."""
     from latpred.profile.farm import FarmOptions
     from latpred.profile.farm_device import DeviceWorker, FarmDevice, model_file
 
@@ -246,8 +259,8 @@ def test_a_farm_phone_times_the_drift_reference_with_its_batch(phones, models):
     assert (rows["farm_device"] == "latpred-adb-PIXEL4A").all()
     [reading] = readings
     assert reading["device"] == "latpred-adb-PIXEL4A" and reading["ms"] > 0
-    assert reading["t"] > rows["measured_at"].max() and reading["models_done"] == 2
-    assert len(invocations(dev)) == 3            # two models, then the reference
+    assert reading["t"] < rows["measured_at"].min() and reading["phase"] == "start"
+    assert len(invocations(dev)) == 3            # the reference, then the two models
     assert worker.measure(batch[:1])[2] == []    # not asked: no reading, no run
     assert len(invocations(dev)) == 4
 

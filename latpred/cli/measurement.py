@@ -33,9 +33,11 @@ from latpred.cli.options import input_shape_option, parse_input_shapes
 @click.option("--batch-size", default=12, show_default=True, type=click.IntRange(min=1),
               help="Interleaved: models loaded and timed round-robin together.")
 @click.option("--drift-every", default=12, show_default=True, type=click.IntRange(min=0),
-              help="Interleaved: time the drift reference once every N models (0: never).")
+              help="Interleaved and --adb: time the drift reference once every N models "
+                   "(0: never).")
 @click.option("--drift-bound", default=3.0, show_default=True, type=click.FloatRange(min=0),
-              help="Interleaved: flag the campaign when the reference moves by more (percent).")
+              help="Interleaved and --adb: flag the campaign when the reference moves by more "
+                   "(percent).")
 @click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=1),
               help="Seconds one measurement may take before it is killed as a hang.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the noise-floor sample.")
@@ -44,7 +46,8 @@ from latpred.cli.options import input_shape_option, parse_input_shapes
               help="Do not time under SCHED_FIFO (used where allowed: far less noise).")
 @click.option("--adb", "adb_serial", default=None, metavar="SERIAL",
               help="Measure on the phone with this adb serial (benchmark_model with op "
-                   "profiling; of the options above only --kernels and --timeout apply).")
+                   "profiling; of the options above only --kernels, --timeout and the drift "
+                   "reference's apply).")
 @click.option("--benchmark-binary", default="/data/local/tmp/benchmark_model", show_default=True,
               help="With --adb: where benchmark_model is on the phone.")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
@@ -68,8 +71,8 @@ def profile(target_name: str, out: str, kernels: str, e2e_only: bool, kernel_tim
         from latpred.profile.adb_campaign import profile_adb
 
         click.echo(profile_adb(model_paths(models), target, out, adb_serial,
-                               binary=benchmark_binary, kernels=kernels,
-                               timeout_s=timeout).summary())
+                               binary=benchmark_binary, kernels=kernels, timeout_s=timeout,
+                               drift_every=drift_every, drift_bound_pct=drift_bound).summary())
         return
     options = RunOptions(per_kernel=not e2e_only, retest_fraction=retest, seed=seed,
                          timeout_s=timeout, kernel_timing=kernel_timing.replace("-", "_"),

@@ -9,6 +9,12 @@ output does not fit the model) becomes a failed row, as with the host profiler. 
 disconnects stops the campaign with one sentence; what was stored stays, and the same command
 resumes with the next model (a model interrupted mid-way is measured again, and the dataset's
 last-row-wins keys keep it from being duplicated).
+
+Drift: a phone warms up and throttles over a campaign. Every `drift_every` models (and before
+the first, and after the last) the built-in drift reference (`drift.reference_model`) is timed
+the same way; its series goes in the manifest's `drift`, as the host profiler's, so `latpred
+dataset drift-correct` can bring the campaign to one state (each row's `measured_at` is the
+middle of its run).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from latpred.errors import LatpredError
 from latpred.profile.adb import (DEFAULT_BINARY, REMOTE_DIR, AdbDevice, DeviceDisconnected,
                                  benchmark_args, benchmark_command, core_mask)
 from latpred.profile.benchmark_import import _manifest_fields, import_benchmark
+from latpred.profile.drift import (DEFAULT_BOUND_PCT, REFERENCE_NAME, reference_hash,
+                                   reference_model, summarize_drift)
 from latpred.profile.entries import ModelEntry, load_entries
 from latpred.profile.runner import RunReport, open_dataset
 
@@ -36,8 +44,12 @@ OUTPUTS_DIR = "benchmark_model"
 def profile_adb(paths: Sequence[str | os.PathLike], target, out: str | os.PathLike,
                 serial: str, binary: str = DEFAULT_BINARY, kernels: str = "xnnpack",
                 runs: int = 50, warmup: int = 5, timeout_s: float = 300.0, adb: str = "adb",
-                progress: bool = True) -> RunReport:
-    """Measure `paths` on the phone `serial` for `target` into the dataset at `out`."""
+                progress: bool = True, drift_every: int = 12,
+                drift_bound_pct: float = DEFAULT_BOUND_PCT, drift_at_end: bool = True
+                ) -> RunReport:
+    """Measure `paths` on the phone `serial` for `target` into the dataset at `out`; the drift
+    reference before every `drift_every` models (0: never) and, with `drift_at_end`, after the
+    last."""
     from tqdm import tqdm
 
     from latpred.target import parse_target
@@ -66,10 +78,20 @@ def profile_adb(paths: Sequence[str | os.PathLike], target, out: str | os.PathLi
     device.shell(f"mkdir -p {REMOTE_DIR}")
     bar = tqdm(todo, desc=f"profile {target_name} on {serial}", unit="model",
                disable=not progress, dynamic_ncols=True)
-    for entry in bar:
+    # the reference's outputs stay with its scratch dataset, not among the models'
+    drift = _Drift(ds, target_name, drift_every, drift_bound_pct, len(done),
+                   lambda entry, at: _measure_one(entry, device, target, at, at.parent, binary,
+                                                  kernels, runs, warmup, cpus, timeout_s,
+                                                  RunReport()))
+    for k, entry in enumerate(bar):
         try:
+            if drift_every and k % drift_every == 0:
+                drift.read("start" if k == 0 else "main")
             _measure_one(entry, device, target, out, keep, binary, kernels, runs, warmup, cpus,
                          timeout_s, report)
+            drift.done += 1
+            if drift_every and drift_at_end and k == len(todo) - 1:
+                drift.read("end")
         except DeviceDisconnected:
             bar.close()
             left = len(todo) - report.models_measured
@@ -123,6 +145,36 @@ def _measure_one(entry: ModelEntry, device: AdbDevice, target, out, keep: Path, 
         return fail("failed", str(err))
     report.models_measured += 1
     report.kernels_measured += imported.kernels
+
+
+class _Drift:
+    """The campaign's drift series: the reference timed on the phone as a model is
+    (`measure(entry, dataset)`), each reading appended to the manifest's `drift`."""
+
+    def __init__(self, ds, target_name: str, every: int, bound_pct: float, done: int,
+                 measure) -> None:
+        self.ds, self.target_name, self.every, self.bound_pct = ds, target_name, every, bound_pct
+        self.done, self.measure = done, measure
+        self.series = list(ds.manifest["targets"][target_name].get("drift", {}).get("series", []))
+
+    def read(self, phase: str) -> None:
+        from latpred.dataset import Dataset
+
+        with tempfile.TemporaryDirectory(prefix="latpred-drift-") as tmp:
+            path = Path(tmp) / "drift-ref-v1.tflite"
+            path.write_bytes(reference_model())
+            self.measure(load_entries([path])[0], Path(tmp) / "dataset")
+            row = Dataset.open(Path(tmp) / "dataset").models(self.target_name).iloc[0]
+        if row["status"] != "ok":     # a failed reference run: no reading, the models go on
+            return
+        self.series.append({"t": round(float(row["measured_at"]), 2),
+                            "ms": round(float(row["latency_ms"]), 6),
+                            "models_done": self.done, "phase": phase})
+        self.ds.update_manifest(self.target_name, drift={
+            "reference": REFERENCE_NAME, "reference_hash": reference_hash(),
+            "every_models": self.every, "bound_pct": self.bound_pct,
+            "estimator": "benchmark_model's average", "series": self.series,
+            **summarize_drift(self.series, self.bound_pct)})
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -16,7 +16,7 @@ manifest's `noise` then holds the label-vs-retest MdAPE across devices, `retest:
 
 Drift: with `RunOptions.drift_every` > 0, each device times the drift reference once with
 every batch it measures (a CPU core inside the batch's rounds, a phone by `benchmark_model`
-after it); the manifest's `drift` series holds every reading with its device, and
+before the batch's models); the manifest's `drift` series holds every reading with its device, and
 `drift` per device its own range. `latpred dataset drift-correct` then brings each model to one
 machine state through its own device's series, so devices of one kind that run at other speeds,
 or slow down at other times, are put on one scale (`drift.drift_correct`).

@@ -78,9 +78,9 @@ class DeviceWorker:
     def measure(self, models: list[ModelFile], reference: bool = False
                 ) -> tuple[Any, Any, list[dict[str, Any]]]:
         """(model rows, kernel rows, drift readings) of `models` measured on this device; with
-        `reference`, the drift reference is timed with the batch (readings: series points, each
-        with this device's resource): on a CPU device inside the batch's interleaved rounds, on
-        a phone by `benchmark_model` after the batch, as the models were."""
+        `reference`, the drift reference is timed once with the batch (readings: series points,
+        each with this device's resource): on a CPU device inside the batch's interleaved
+        rounds, on a phone by `benchmark_model` before the batch's models, as they are."""
         from latpred.dataset import Dataset
         from latpred.target import parse_target
 
@@ -95,40 +95,22 @@ class DeviceWorker:
                 paths.append(path)
             out = Path(tmp) / "dataset"
             if self.device.kind == "adb":
-                self._measure_adb(paths, target, out)
-                series = self._adb_reference(Path(tmp), target, len(paths)) if reference else []
+                self._measure_adb(paths, target, out, reference)
             else:
                 self._measure_cpu(paths, target, out, reference)
-                series = Dataset.open(out).manifest["targets"][self.target_name].get(
-                    "drift", {}).get("series", [])
             ds = Dataset.open(out)
+            series = ds.manifest["targets"][self.target_name].get("drift", {}).get("series", [])
             models_df = ds.models(self.target_name).assign(farm_device=self.device.resource)
             readings = [{**point, "device": self.device.resource} for point in series]
             return models_df, ds.kernels(self.target_name), readings
 
-    def _measure_adb(self, paths, target, out) -> None:
+    def _measure_adb(self, paths, target, out, reference: bool) -> None:
         from latpred.profile.adb_campaign import profile_adb
 
         o = self.options
         profile_adb(paths, target, out, self.device.serial, binary=o.benchmark_binary,
-                    kernels=o.kernels, timeout_s=o.run.timeout_s, progress=False)
-
-    def _adb_reference(self, tmp: Path, target, models_done: int) -> list[dict[str, Any]]:
-        """The drift reference timed on the phone as the batch's models were: one series
-        point (none when its run failed)."""
-        from latpred.dataset import Dataset
-        from latpred.profile.drift import reference_model
-
-        path = tmp / "reference" / "drift-ref-v1.tflite"
-        path.parent.mkdir()
-        path.write_bytes(reference_model())
-        self._measure_adb([path], target, tmp / "reference-dataset")
-        row = Dataset.open(tmp / "reference-dataset").models(self.target_name).iloc[0]
-        if row["status"] != "ok":
-            return []
-        return [{"t": round(float(row["measured_at"]), 2),
-                 "ms": round(float(row["latency_ms"]), 6), "models_done": models_done,
-                 "phase": "main"}]
+                    kernels=o.kernels, timeout_s=o.run.timeout_s, progress=False,
+                    drift_every=len(paths) if reference else 0, drift_at_end=False)
 
     def _measure_cpu(self, paths, target, out, reference: bool) -> None:
         from latpred.profile.runner import CpuMeasurer, profile_models

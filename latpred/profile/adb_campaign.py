@@ -33,8 +33,7 @@ from latpred.errors import LatpredError
 from latpred.profile.adb import (DEFAULT_BINARY, REMOTE_DIR, AdbDevice, DeviceDisconnected,
                                  benchmark_args, benchmark_command, core_mask)
 from latpred.profile.benchmark_import import _manifest_fields, import_benchmark
-from latpred.profile.drift import (DEFAULT_BOUND_PCT, REFERENCE_NAME, reference_hash,
-                                   reference_model, summarize_drift)
+from latpred.profile.drift import DEFAULT_BOUND_PCT, drift_entry, reference_model
 from latpred.profile.entries import ModelEntry, load_entries
 from latpred.profile.runner import RunReport, open_dataset
 
@@ -79,19 +78,18 @@ def profile_adb(paths: Sequence[str | os.PathLike], target, out: str | os.PathLi
     bar = tqdm(todo, desc=f"profile {target_name} on {serial}", unit="model",
                disable=not progress, dynamic_ncols=True)
     # the reference's outputs stay with its scratch dataset, not among the models'
-    drift = _Drift(ds, target_name, drift_every, drift_bound_pct, len(done),
+    drift = _Drift(ds, target_name, drift_every, drift_bound_pct,
                    lambda entry, at: _measure_one(entry, device, target, at, at.parent, binary,
                                                   kernels, runs, warmup, cpus, timeout_s,
                                                   RunReport()))
     for k, entry in enumerate(bar):
         try:
             if drift_every and k % drift_every == 0:
-                drift.read("start" if k == 0 else "main")
+                drift.read("start" if k == 0 else "main", len(done) + k)
             _measure_one(entry, device, target, out, keep, binary, kernels, runs, warmup, cpus,
                          timeout_s, report)
-            drift.done += 1
             if drift_every and drift_at_end and k == len(todo) - 1:
-                drift.read("end")
+                drift.read("end", len(done) + k + 1)
         except DeviceDisconnected:
             bar.close()
             left = len(todo) - report.models_measured
@@ -151,13 +149,12 @@ class _Drift:
     """The campaign's drift series: the reference timed on the phone as a model is
     (`measure(entry, dataset)`), each reading appended to the manifest's `drift`."""
 
-    def __init__(self, ds, target_name: str, every: int, bound_pct: float, done: int,
-                 measure) -> None:
+    def __init__(self, ds, target_name: str, every: int, bound_pct: float, measure) -> None:
         self.ds, self.target_name, self.every, self.bound_pct = ds, target_name, every, bound_pct
-        self.done, self.measure = done, measure
+        self.measure = measure
         self.series = list(ds.manifest["targets"][target_name].get("drift", {}).get("series", []))
 
-    def read(self, phase: str) -> None:
+    def read(self, phase: str, models_done: int) -> None:
         from latpred.dataset import Dataset
 
         with tempfile.TemporaryDirectory(prefix="latpred-drift-") as tmp:
@@ -169,12 +166,9 @@ class _Drift:
             return
         self.series.append({"t": round(float(row["measured_at"]), 2),
                             "ms": round(float(row["latency_ms"]), 6),
-                            "models_done": self.done, "phase": phase})
-        self.ds.update_manifest(self.target_name, drift={
-            "reference": REFERENCE_NAME, "reference_hash": reference_hash(),
-            "every_models": self.every, "bound_pct": self.bound_pct,
-            "estimator": "benchmark_model's average", "series": self.series,
-            **summarize_drift(self.series, self.bound_pct)})
+                            "models_done": models_done, "phase": phase})
+        self.ds.update_manifest(self.target_name, drift=drift_entry(
+            self.series, self.every, self.bound_pct, "benchmark_model's average"))
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -23,8 +23,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from latpred.errors import LatpredError
-from latpred.profile.drift import (REFERENCE_NAME, reference_hash, reference_model,
-                                   summarize_drift)
+from latpred.profile.drift import drift_entry, reference_model
 from latpred.profile.estimators import retest_figures
 from latpred.profile.interleaved import BatchRequest, ModelRounds
 from latpred.profile.interleaved_rows import e2e_and_kernels, extras, kernel_stats, model_stats
@@ -164,11 +163,8 @@ class Campaign:
         self.ds.update_manifest(self.name, drift=self._drift_entry())
 
     def _drift_entry(self) -> dict[str, Any]:
-        bound = self.options.drift_bound_pct
-        return {"reference": REFERENCE_NAME, "reference_hash": reference_hash(),
-                "every_models": self.ref_every, "bound_pct": bound,
-                "estimator": self.estimator, "series": self.series,
-                **summarize_drift(self.series, bound)}
+        return drift_entry(self.series, self.ref_every, self.options.drift_bound_pct,
+                           self.estimator)
 
     # -- retests ---------------------------------------------------------------------------------
     def _retest_state(self, todo) -> dict[str, Any]:

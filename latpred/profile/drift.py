@@ -19,7 +19,7 @@ several campaigns: their labels then compare across campaigns). It assumes that 
 scales every model alike;
 the raw labels stay in the source dataset and the copy's rows keep a `drift_factor` column.
 
-A Ray farm's series (`farm.farm_drift`) holds each device's readings (`device`): each model is
+A Ray farm's series (`farm_drift_entry`) holds each device's readings (`device`): each model is
 corrected through its own device's series (`farm_device`), all devices to one level (the
 median of every reading, or `reference_ms`), so the correction also takes out the devices'
 differences in speed. A device with one reading has a constant factor.
@@ -71,6 +71,41 @@ def summarize_drift(series: list[dict[str, Any]], bound_pct: float) -> dict[str,
         return {"range_pct": None, "flagged": False}
     spread = (max(values) - min(values)) / float(np.median(values)) * 100.0
     return {"range_pct": round(spread, 3), "flagged": bool(spread > bound_pct)}
+
+
+def drift_entry(series: list[dict[str, Any]], every: int, bound_pct: float,
+                estimator: str | None) -> dict[str, Any]:
+    """The manifest's `drift` entry of a campaign's series (`estimator`: what each reading is;
+    None leaves the key out)."""
+    entry = {"reference": REFERENCE_NAME, "reference_hash": reference_hash(),
+             "every_models": every, "bound_pct": bound_pct, "estimator": estimator,
+             "series": series, **summarize_drift(series, bound_pct)}
+    if estimator is None:
+        del entry["estimator"]
+    return entry
+
+
+def farm_drift_entry(readings: list[dict[str, Any]], every: int,
+                     bound_pct: float) -> dict[str, Any]:
+    """The `drift` entry of a Ray farm whose devices read the reference once a batch of `every`
+    models: every reading (with its device), and per device its readings' median and range;
+    `range_pct` and `flagged` are the largest device's (the spread between devices is
+    `device_spread_pct`, which `drift_correct` also takes out)."""
+    by_device: dict[str, list] = {}
+    for point in readings:
+        by_device.setdefault(point["device"], []).append(point)
+    per_device = {dev: {"readings": len(points),
+                        "median_ms": round(float(np.median([p["ms"] for p in points])), 6),
+                        **summarize_drift(points, bound_pct)}
+                  for dev, points in sorted(by_device.items())}
+    ranges = [d["range_pct"] for d in per_device.values() if d["range_pct"] is not None]
+    medians = [d["median_ms"] for d in per_device.values()]
+    spread = ((max(medians) - min(medians)) / float(np.median(medians)) * 100.0
+              if len(medians) > 1 else 0.0)
+    return {**drift_entry(readings, every, bound_pct, None), "devices": per_device,
+            "range_pct": max(ranges) if ranges else None,
+            "flagged": any(d["flagged"] for d in per_device.values()),
+            "device_spread_pct": round(spread, 3)}
 
 
 def drift_factors(series: list[dict[str, Any]], times: np.ndarray,

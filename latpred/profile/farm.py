@@ -17,7 +17,7 @@ manifest's `noise` then holds the label-vs-retest MdAPE across devices, `retest:
 Drift: with `RunOptions.drift_every` > 0, each device times the drift reference once with
 every batch it measures (a CPU core inside the batch's rounds, a phone by `benchmark_model`
 before the batch's models); the manifest's `drift` series holds every reading with its device, and
-`drift` per device its own range. `latpred dataset drift-correct` then brings each model to one
+`drift` per device its own range (`drift.farm_drift_entry`). `latpred dataset drift-correct` then brings each model to one
 machine state through its own device's series, so devices of one kind that run at other speeds,
 or slow down at other times, are put on one scale (`drift.drift_correct`).
 """
@@ -29,10 +29,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from latpred.errors import LatpredError, MeasurementError
 from latpred.profile.adb import DEFAULT_BINARY
+from latpred.profile.drift import farm_drift_entry
 from latpred.profile.farm_device import DeviceWorker, FarmDevice, model_file, parse_device
 from latpred.profile.interleaved import InterleavedProtocol
 from latpred.profile.runner import RunOptions, RunReport
@@ -172,7 +171,8 @@ def _campaign(ray, entries, target, out, options, progress, on_result, started) 
         if series:         # before the rows: a stored model's device has its reading
             done = report.models_measured + len(models)       # the campaign's, as one machine's
             readings.extend({**point, "models_done": done} for point in series)
-            ds.update_manifest(str(target), drift=farm_drift(readings, options.run, size))
+            ds.update_manifest(str(target), drift=farm_drift_entry(
+                readings, size, options.run.drift_bound_pct))
         if len(kernels):
             ds.append_kernels(kernels)
         ds.append_models(models)
@@ -370,32 +370,6 @@ def _retest(farm: _Farm, ds, target, entries, options: FarmOptions) -> dict[str,
     ds.update_manifest(name, noise=noise)
     return {k: noise[k] for k in ("e2e_retest_mdape", "e2e_retest_p90", "kernel_retest_mdape",
                                   "n_retest", "n_retest_on_other_device")}
-
-
-def farm_drift(readings: list[dict[str, Any]], run: RunOptions, every: int) -> dict[str, Any]:
-    """The manifest's `drift` entry of a farm whose devices read the reference once a batch of
-    `every` models: every reading (with its device), and per device its readings' median and
-    range; `range_pct` and `flagged` are the largest device's (the spread between devices is
-    `device_spread_pct`, which drift correction also takes out)."""
-    from latpred.profile.drift import REFERENCE_NAME, reference_hash, summarize_drift
-
-    by_device: dict[str, list] = {}
-    for point in readings:
-        by_device.setdefault(point["device"], []).append(point)
-    per_device = {dev: {"readings": len(points),
-                        "median_ms": round(float(np.median([p["ms"] for p in points])), 6),
-                        **summarize_drift(points, run.drift_bound_pct)}
-                  for dev, points in sorted(by_device.items())}
-    ranges = [d["range_pct"] for d in per_device.values() if d["range_pct"] is not None]
-    medians = [d["median_ms"] for d in per_device.values()]
-    spread = ((max(medians) - min(medians)) / float(np.median(medians)) * 100.0
-              if len(medians) > 1 else 0.0)
-    return {"reference": REFERENCE_NAME, "reference_hash": reference_hash(),
-            "every_models": every, "bound_pct": run.drift_bound_pct, "series": readings,
-            "devices": per_device,
-            "range_pct": max(ranges) if ranges else None,
-            "flagged": any(d["flagged"] for d in per_device.values()),
-            "device_spread_pct": round(spread, 3)}
 
 
 def device_resources(cores: Sequence[int], threads: int = 1) -> dict[str, float]:

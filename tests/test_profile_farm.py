@@ -217,10 +217,10 @@ def test_the_command_line_runs_a_farm_campaign(cluster, models, tmp_path):
 def test_an_address_where_nothing_listens_is_one_sentence():
     import socket
 
-    from latpred.profile.farm import _check_reachable
+    from latpred.ray_cluster import check_reachable
 
     with socket.socket() as s:  # a free port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(LatpredError, match=f"Nothing answers at 127.0.0.1:{port}: start"):
-        _check_reachable(f"127.0.0.1:{port}")
+        check_reachable(f"127.0.0.1:{port}")

@@ -8,6 +8,22 @@ import click
 _FAMILY = click.Choice(["lasso", "rf", "gbdt", "mlp"])
 
 
+def _ray_option(what: str):
+    return click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+                        help=f"{what} on the CPUs of this Ray cluster ('local' starts one "
+                             "here, 'auto' finds a running one); needs "
+                             "`pip install 'latpred[ray]'`, and no campaign measuring there.")
+
+
+def _on(ray_address: str | None):
+    """`cluster.on_ray(ray_address)`, or nothing without an address."""
+    from contextlib import nullcontext
+
+    from latpred.predictors.cluster import on_ray
+
+    return nullcontext() if ray_address is None else on_ray(ray_address)
+
+
 @click.command()
 @click.option("--data", required=True, type=click.Path(file_okay=False, exists=True),
               help="Measured dataset directory.")
@@ -25,15 +41,16 @@ _FAMILY = click.Choice(["lasso", "rf", "gbdt", "mlp"])
 @click.option("--analytical-features", is_flag=True,
               help="Give conv-like kernel types the tile/wave and TMModel features "
                    "(docs/analytical-features.md; off by default).")
+@_ray_option("Run the searches' fits and the residual stage's refits")
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Predictor directory to write.")
 def train(data: str, target_name: str, family: str, search: str, overhead: str, residual: str,
-          seed: int, analytical_features: bool, out: str) -> None:
+          seed: int, analytical_features: bool, ray_address: str | None, out: str) -> None:
     """Train one regressor per kernel type plus the overhead on DATA, save it to OUT."""
     from latpred.predictors import LatencyModel
     from latpred.predictors.console import TrainingProgress, print_training
 
-    with TrainingProgress(f"training {family}") as progress:
+    with _on(ray_address), TrainingProgress(f"training {family}") as progress:
         model = LatencyModel.fit(data, target_name, family=family, search=search,
                                  overhead=overhead, seed=seed, progress=progress,
                                  analytical_features=analytical_features, residual=residual)
@@ -115,21 +132,23 @@ def adapt(source: str, data: str, target_name: str | None, method: str, overhead
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option("--no-plots", is_flag=True,
               help="Write report.md and results.json only, without the PNG plots.")
+@_ray_option("Run the protocol's search fits and residual refits")
 @click.option("--out", default="latpred-report", show_default=True,
               type=click.Path(file_okay=False), help="Report directory (Markdown + PNG).")
 def evaluate(data: str, predictor: str | None, protocol: str | None, target_name: str | None,
              train_data: str | None, families: tuple[str, ...], searches: tuple[str, ...],
              sizes: str | None, draws: int, no_baselines: bool, no_ablations: bool,
              analytical_features: bool, include_training: bool, seed: int, no_plots: bool,
-             out: str) -> None:
+             ray_address: str | None, out: str) -> None:
     """Score a predictor on DATA, or run an evaluation protocol with baselines; write a report."""
     from latpred.evaluate import write_report
     from latpred.evaluate.console import print_summary
     from latpred.evaluate.run import run_cli
 
-    ev = run_cli(data, predictor, protocol, target_name, train_data, families, searches, sizes,
-                 not no_baselines, not no_ablations, include_training, seed,
-                 analytical_features, draws)
+    with _on(ray_address):
+        ev = run_cli(data, predictor, protocol, target_name, train_data, families, searches,
+                     sizes, not no_baselines, not no_ablations, include_training, seed,
+                     analytical_features, draws)
     print_summary(ev, write_report(ev, out, plots=not no_plots))
 
 

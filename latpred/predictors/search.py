@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from latpred.errors import ConfigError
+from latpred.predictors import cluster
 from latpred.predictors.base import LatencyRegressor
 from latpred.predictors.forest import PercentRandomForest
 from latpred.predictors.gbdt import PercentGBDT
@@ -146,6 +147,8 @@ def fit_searched(spec: SearchSpec, X: np.ndarray, y: np.ndarray, seed: int = 0,
     grid = {k: list(v) for k, v in spec.params.items()}
     if spec.method == "grid" and set(grid) == {"alpha"} and hasattr(base, "alpha_scores"):
         return alpha_search(base, grid["alpha"], X, y, cv)
+    if cluster.active():
+        return _search_on_cluster(base, _candidates(spec, grid, seed), X, y, cv)
     if spec.method == "grid":
         search = GridSearchCV(base, grid, scoring=neg_mape_scorer, cv=cv, n_jobs=1,
                               error_score="raise")
@@ -155,6 +158,42 @@ def fit_searched(spec: SearchSpec, X: np.ndarray, y: np.ndarray, seed: int = 0,
     search.fit(X, y)
     return SearchResult(search.best_estimator_, dict(search.best_params_),
                         float(-search.best_score_), len(search.cv_results_["params"]))
+
+
+def _candidates(spec: SearchSpec, grid: dict[str, list], seed: int) -> list[dict[str, Any]]:
+    """The candidates GridSearchCV / RandomizedSearchCV try, in their order."""
+    from sklearn.model_selection import ParameterGrid, ParameterSampler
+
+    if spec.method == "grid":
+        return list(ParameterGrid(grid))
+    return list(ParameterSampler(grid, spec.n_iter, random_state=seed))
+
+
+def _search_on_cluster(base: Any, candidates: list[dict[str, Any]], X: Any, y: np.ndarray,
+                       cv: Any) -> SearchResult:
+    """The search GridSearchCV would run, each (candidate, fold) fit a task on the cluster
+    (`cluster.run_all`): the same fits and scores, and the best candidate by its rule (the
+    first of the highest mean fold scores), refitted on all rows here."""
+    from sklearn.base import clone
+
+    splits = cv if isinstance(cv, list) else list(cv.split(X, y))
+    jobs = [(base, params, X, y, train, test) for params in candidates for train, test in splits]
+    scores = np.array(cluster.run_all(_fold_score, jobs), np.float64)
+    mean = np.average(scores.reshape(len(candidates), len(splits)), axis=1)
+    best = int(np.argmax(mean))
+    est = clone(base).set_params(**clone(candidates[best], safe=False)).fit(X, y)
+    return SearchResult(est, dict(candidates[best]), float(-mean[best]), len(candidates))
+
+
+def _fold_score(base: Any, params: dict[str, Any], X: Any, y: np.ndarray, train: np.ndarray,
+                test: np.ndarray) -> float:
+    """One candidate fitted on a fold's training rows and scored on its test rows, as
+    scikit-learn's searches do (negative MAPE)."""
+    from sklearn.base import clone
+
+    rows = (lambda a, i: a.iloc[i]) if hasattr(X, "iloc") else (lambda a, i: a[i])
+    est = clone(base).set_params(**clone(params, safe=False)).fit(rows(X, train), y[train])
+    return float(neg_mape_scorer(est, rows(X, test), y[test]))
 
 
 def alpha_search(base: Any, alphas: list[float], X: Any, y: Any, cv: Any) -> SearchResult:

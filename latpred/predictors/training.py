@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from latpred.errors import DatasetError
-from latpred.predictors import launch
+from latpred.predictors import cluster, launch
 from latpred.predictors.base import LatencyRegressor
 from latpred.predictors.lasso import PositiveLasso
 from latpred.predictors.search import SearchSpec, alpha_search, fit_searched
@@ -263,25 +263,37 @@ def out_of_fold_kernels(kernels: pd.DataFrame, fits: Mapping[str, TypeFit], spec
     """Each kernel row's latency predicted by its type's regressor refitted without the row's
     model (GroupKFold by model, the type's searched hyperparameters, no new search): what the
     end-to-end residual stage (predictors/residual.py) trains on. A type measured in a single
-    model keeps its own fit's prediction."""
+    model keeps its own fit's prediction. The refits are independent jobs (`cluster.run_all`:
+    tasks on a Ray cluster inside `cluster.on_ray`)."""
     from sklearn.model_selection import GroupKFold
     from threadpoolctl import threadpool_limits
 
     out = np.zeros(len(kernels))
+    jobs, rows_of_job = [], []
+    for ktype, rows in kernels.groupby("kernel_type"):
+        fit = fits[ktype]
+        pos = kernels.index.get_indexer(rows.index)
+        X = rows[[FEATURE_PREFIX + f for f in fit.features]].to_numpy(np.float64)
+        groups = rows["model_id"].to_numpy()
+        k = min(folds, len(np.unique(groups)))
+        if k < 2:
+            out[pos] = fit.regressor.predict(X)
+            continue
+        fixed = SearchSpec(spec.family, "fixed", method="none",
+                           fixed={**spec.fixed, **fit.metrics.get("best_params", {})})
+        # what fit_type reads, shipped once a type to a cluster's workers
+        needed = rows[[c for c in rows.columns if c.startswith(FEATURE_PREFIX)
+                       or c in ("latency_ms", "model_id", launch.LAUNCH_COLUMN)]]
+        for train, test in GroupKFold(k, shuffle=True, random_state=seed).split(X, None, groups):
+            jobs.append((str(ktype), needed, train, fixed, seed, fit.features, X[test]))
+            rows_of_job.append(pos[test])
     with threadpool_limits(limits=1):
-        for ktype, rows in kernels.groupby("kernel_type"):
-            fit = fits[ktype]
-            pos = kernels.index.get_indexer(rows.index)
-            X = rows[[FEATURE_PREFIX + f for f in fit.features]].to_numpy(np.float64)
-            groups = rows["model_id"].to_numpy()
-            k = min(folds, len(np.unique(groups)))
-            if k < 2:
-                out[pos] = fit.regressor.predict(X)
-                continue
-            fixed = SearchSpec(spec.family, "fixed", method="none",
-                               fixed={**spec.fixed, **fit.metrics.get("best_params", {})})
-            for train, test in GroupKFold(k, shuffle=True, random_state=seed).split(X, None,
-                                                                                    groups):
-                refit = fit_type(str(ktype), rows.iloc[train], fixed, seed, fit.features)
-                out[pos[test]] = refit.regressor.predict(X[test])
+        for at, predicted in zip(rows_of_job, cluster.run_all(_refit_predict, jobs)):
+            out[at] = predicted
     return out
+
+
+def _refit_predict(kernel_type: str, rows: pd.DataFrame, train: np.ndarray, spec: SearchSpec,
+                   seed: int, features: tuple[str, ...], X_test: np.ndarray) -> np.ndarray:
+    """`fit_type` on `rows`' `train` rows, predicting `X_test`."""
+    return fit_type(kernel_type, rows.iloc[train], spec, seed, features).regressor.predict(X_test)

@@ -16,10 +16,14 @@ manifest's `noise` then holds the label-vs-retest MdAPE across devices, `retest:
 
 Drift: with `RunOptions.drift_every` > 0, each device times the drift reference once with
 every batch it measures (a CPU core inside the batch's rounds, a phone by `benchmark_model`
-before the batch's models); the manifest's `drift` series holds every reading with its device, and
-`drift` per device its own range (`drift.farm_drift_entry`). `latpred dataset drift-correct` then brings each model to one
-machine state through its own device's series, so devices of one kind that run at other speeds,
-or slow down at other times, are put on one scale (`drift.drift_correct`).
+before the batch's models); the manifest's `drift` series holds every reading with its device,
+and `drift` per device its own range (`drift.farm_drift_entry`). `latpred dataset
+drift-correct` then brings each model to one machine state through its own device's series, so
+devices of one kind that run at other speeds, or slow down at other times, are put on one scale
+(`drift.drift_correct`).
+
+Joining the cluster is `ray_cluster.connect`'s, shared with training on the same cluster
+(`predictors.cluster`), which refuses to run beside a campaign that holds its devices.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from latpred.profile.drift import farm_drift_entry
 from latpred.profile.farm_device import DeviceWorker, FarmDevice, model_file, parse_device
 from latpred.profile.interleaved import InterleavedProtocol
 from latpred.profile.runner import RunOptions, RunReport
+from latpred.ray_cluster import connect as join
 
 
 @dataclass(frozen=True)
@@ -52,46 +57,10 @@ class FarmOptions:
     benchmark_binary: str = DEFAULT_BINARY
 
 
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise LatpredError("Profiling on a Ray cluster needs Ray: "
-                           "pip install 'latpred[ray]'.") from None
-    return ray
-
-
 def connect(address: str):
     """Join the cluster at `address` ("local": start one here, one device per core); returns
     Ray and whether this call connected (an existing connection is used as it is)."""
-    ray = _ray()
-    if ray.is_initialized():
-        return ray, False
-    try:
-        if address == "local":
-            ray.init(resources=device_resources(sorted(os.sched_getaffinity(0))),
-                     include_dashboard=False, log_to_driver=False)
-        else:
-            _check_reachable(address)
-            ray.init(address=address, log_to_driver=False)
-    except (ConnectionError, ValueError, RuntimeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise LatpredError(f"Cannot join the Ray cluster at {address!r}: {first}") from None
-    return ray, True
-
-
-def _check_reachable(address: str) -> None:
-    """Fail fast on a HOST:PORT where nothing listens (ray.init would retry for minutes)."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    if address == "auto" or "://" in address or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except OSError:
-        raise LatpredError(f"Nothing answers at {address}: start the cluster's head there "
-                           "(`ray start --head`) or give its address.") from None
+    return join(address, device_resources(sorted(os.sched_getaffinity(0))))
 
 
 def cluster_devices(target, ray) -> list[FarmDevice]:
@@ -115,6 +84,20 @@ def cluster_devices(target, ray) -> list[FarmDevice]:
                            f"with `ray start --resources '{{\"{_example(target)}\": 1}}'` "
                            f"(resources named {want}).")
     return sorted(devices, key=lambda d: (d.node_ip, d.resource))
+
+
+def _refuse_busy_cpus(ray) -> None:
+    """A timing campaign runs alone: not while anything holds the cluster's CPUs (a training
+    there, `predictors.cluster`, or other work), whose runs would slow the devices' own."""
+    for _ in range(5):   # a task that just ended frees its CPU a moment later
+        total = ray.cluster_resources().get("CPU", 0.0)
+        free = ray.available_resources().get("CPU", 0.0)
+        if free >= total:
+            return
+        time.sleep(0.5)
+    raise MeasurementError(f"{total - free:g} of the Ray cluster's {total:g} CPUs are in use "
+                           "(a training or other work); a timing campaign must run alone: "
+                           "start it when they are free.")
 
 
 def _example(target) -> str:
@@ -153,6 +136,7 @@ def profile_on_ray(paths: Sequence[str | os.PathLike], target, out: str | os.Pat
 
 
 def _campaign(ray, entries, target, out, options, progress, on_result, started) -> "FarmReport":
+    _refuse_busy_cpus(ray)
     devices = cluster_devices(target, ray)
     ds = _open(out, target, options, devices)
     done = ds.measured_ids(str(target))

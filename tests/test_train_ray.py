@@ -158,3 +158,24 @@ def test_the_command_line_trains_on_the_cluster(cluster, tmp_path):
                                     "--ray", cluster.address, "--out", str(tmp_path / "p")])
     assert res.exit_code == 0, res.output
     assert LatencyModel.load(tmp_path / "p").types
+
+
+def test_a_fewshot_protocols_draws_on_the_cluster_equal_the_ones_here(cluster, tmp_path):
+    from latpred.evaluate.fewshot import protocol_fewshot
+
+    source = LatencyModel.fit(simulate(tmp_path / "src", n_models=30, seed=0), TARGET,
+                              family="lasso", search="latpred")
+    new = simulate(tmp_path / "new", TARGET, n_models=36, seed=1,
+                   type_scale={"conv2d": 1.4, "dwconv2d": 0.7, "elementwise": 1.2})
+
+    def run(progress):
+        return protocol_fewshot(source, new, TARGET, shots=(10,), draws=2, n_test=12,
+                                families=("lasso",), progress=progress)
+
+    said_here, said_there = [], []
+    here = run(said_here.append)
+    with on_ray(cluster.address):
+        there = run(said_there.append)
+    pd.testing.assert_frame_equal(there.sizes, here.sizes)
+    assert sorted(said_there) == sorted(said_here) == sorted(
+        f"10 models, draw {d}/2 done" for d in (1, 2))

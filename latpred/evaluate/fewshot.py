@@ -29,6 +29,7 @@ from latpred.errors import LatpredError
 from latpred.evaluate.data import EvalSet, load_eval_set, split_ids
 from latpred.evaluate.methods import MethodResult, score_latpred
 from latpred.evaluate.metrics import e2e_metrics
+from latpred.predictors import cluster
 
 SHOTS = (10, 20, 30)
 DRAWS = 10
@@ -80,19 +81,24 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
                            f"shots {min(shots)}.")
     kernels, models = load_tables(dataset, target, pool)
     as_is = score_latpred(source, test, "source as is", "baseline")
-    rows, last = [], []
-    done: dict[tuple, list[MethodResult]] = {}   # the same models give the same results
-    for n, draw, ids in draw_ids(pool, usable, draws, seed):
+    drawn = list(draw_ids(pool, usable, draws, seed))
+    # the same models give the same results (at n = the pool's size every draw is the whole
+    # pool); the draws are independent jobs (`cluster.run_all`: Ray tasks inside `on_ray`)
+    jobs = {tuple(ids): (source, kernels, models, ids, test, target, families, seed, as_is,
+                         everything) for _, _, ids in drawn}
+    first = {tuple(ids): (n, draw) for n, draw, ids in reversed(drawn)}
+    keys = list(jobs)
+
+    def finished(i: int) -> None:
         if progress:
-            progress(f"{n} models, draw {draw + 1}/{draws}")
-        key = tuple(ids)   # at n = the pool's size every draw is the whole pool
-        if key not in done:
-            done[key] = _methods(source, kernels, models, ids, test, target, families, seed,
-                                 as_is, everything)
-        methods = done[key]
-        rows += [{"method": m.name, "n_train": n, "draw": draw, **m.metrics}
-                 for m in methods]
-        last = methods
+            n, draw = first[keys[i]]
+            progress(f"{n} models, draw {draw + 1}/{draws} done")
+
+    results = dict(zip(jobs, cluster.run_all(_methods, list(jobs.values()), finished)))
+    rows, last = [], []
+    for n, draw, ids in drawn:
+        last = results[tuple(ids)]
+        rows += [{"method": m.name, "n_train": n, "draw": draw, **m.metrics} for m in last]
     per_draw = pd.DataFrame(rows)
     notes = everything.notes + (test.notes if test_dataset is not None else ()) + (
         f"each figure is the mean over {draws} random draws of the n models from a pool of "

@@ -24,16 +24,15 @@ each needs latpred installed (as the farm's nodes do).
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
-
-import numpy as np
-import pandas as pd
 
 from latpred.errors import LatpredError
 
 _ray: Any = None            # Ray, while `on_ray` is active in this process
 _task: Any = None           # `_call` as a Ray remote function of that session
+_PLAIN = (int, float, str, bool, type(None))   # sent with each task as they are
 
 
 @contextmanager
@@ -63,21 +62,35 @@ def active() -> bool:
     return _ray is not None
 
 
-def run_all(fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
-    """[fn(*job) for job in jobs], as Ray tasks inside `on_ray`. An array or table argument is
-    put in the object store once, however many jobs share it (a search's 80 fits share one X)."""
+def run_all(fn: Callable[..., Any], jobs: Sequence[tuple],
+            done: Callable[[int], None] | None = None) -> list[Any]:
+    """[fn(*job) for job in jobs], as Ray tasks inside `on_ray`; `done(i)` is called as job i
+    finishes. An object that several jobs share (a search's X, a few-shot protocol's test set)
+    is put in the object store once, not sent with each task."""
     if _ray is None:
-        return [fn(*job) for job in jobs]
+        out = []
+        for i, job in enumerate(jobs):
+            out.append(fn(*job))
+            if done:
+                done(i)
+        return out
+    shared = Counter(id(a) for job in jobs for a in job if not isinstance(a, _PLAIN))
     stored: dict[int, Any] = {}
 
     def ref(arg: Any) -> Any:
-        if not isinstance(arg, (np.ndarray, pd.DataFrame, pd.Series)):
+        if isinstance(arg, _PLAIN) or shared[id(arg)] < 2:
             return arg
         if id(arg) not in stored:
             stored[id(arg)] = _ray.put(arg)
         return stored[id(arg)]
 
     refs = [_task.remote(fn, *map(ref, job)) for job in jobs]
+    if done:
+        index = {r: i for i, r in enumerate(refs)}
+        waiting = list(refs)
+        while waiting:
+            finished, waiting = _ray.wait(waiting, num_returns=1)
+            done(index[finished[0]])
     return _ray.get(refs)
 
 

@@ -61,7 +61,7 @@ def test_readme_python_blocks_run(user_folder: Path, monkeypatch) -> None:
     _standin_phone(user_folder, "PIXEL4", monkeypatch)
     has_ray = importlib.util.find_spec("ray") is not None
     for block in _blocks("python"):
-        if "profile_on_ray" in block and not has_ray:
+        if ("profile_on_ray" in block or "on_ray(" in block) and not has_ray:
             continue  # the optional extra latpred[ray] is not installed
         exec(compile(block, "README.md", "exec"), namespace)
     # The example's own names hold what it says they hold.
@@ -78,6 +78,7 @@ def test_readme_python_blocks_run(user_folder: Path, monkeypatch) -> None:
     if has_ray:
         farm = Dataset.open(user_folder / "farm-data").models("host/cpu/fp32/t1")
         assert list(farm["status"]) == ["ok"] and namespace["report"].devices >= 1
+        assert namespace["farm_model"].types    # trained on the cluster the block started
 
 
 def _standin_phone(root: Path, serial: str, monkeypatch) -> None:

@@ -43,6 +43,7 @@ def on_ray(address: str) -> Iterator[None]:
 
     global _ray, _task
     ray, joined = connect(address)
+    outer = _ray, _task        # an enclosing `on_ray` (the same connection) goes on after
     try:
         busy = held_devices(ray)
         if busy:
@@ -52,7 +53,7 @@ def on_ray(address: str) -> Iterator[None]:
         _ray, _task = ray, ray.remote(num_cpus=1)(_call)
         yield
     finally:
-        _ray = _task = None
+        _ray, _task = outer
         if joined:
             ray.shutdown()
 

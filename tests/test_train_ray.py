@@ -52,7 +52,8 @@ def test_train_on_an_address_where_nothing_listens_is_one_sentence(tmp_path):
 def cluster():
     """Two Ray nodes on this machine, one CPU each; the head declares a farm device."""
     c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"latpred-cpu-0": 1}, "include_dashboard": False})
+        "num_cpus": 1, "resources": {"latpred-cpu-0": 1}, "include_dashboard": False,
+        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}})
     c.add_node(num_cpus=1)
     ray.init(address=c.address, log_to_driver=False)
     yield c
@@ -179,3 +180,38 @@ def test_a_fewshot_protocols_draws_on_the_cluster_equal_the_ones_here(cluster, t
     pd.testing.assert_frame_equal(there.sizes, here.sizes)
     assert sorted(said_there) == sorted(said_here) == sorted(
         f"10 models, draw {d}/2 done" for d in (1, 2))
+
+
+def test_a_node_killed_mid_training_costs_time_not_results(cluster, tmp_path):
+    """Ray retries a fit whose node died on another node: `run_all` (every fit of a training
+    on the cluster goes through it) still returns each job's own result, in order. Last in
+    the module: the cluster is left with the head node alone."""
+    import threading
+
+    from latpred.predictors import cluster as training
+
+    worker = next(iter(cluster.worker_nodes))
+    marker = tmp_path / "a-fit-runs-on-the-worker"
+
+    def fit(i: int, marker_path: str, worker_id: str) -> int:
+        import pathlib
+
+        if ray.get_runtime_context().get_node_id() == worker_id:
+            pathlib.Path(marker_path).touch()
+            time.sleep(600)             # never finishes there: its node is killed under it
+        time.sleep(0.2)
+        return i * i
+
+    def kill_the_worker() -> None:
+        deadline = time.time() + 120
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        cluster.remove_node(worker, allow_graceful=False)
+
+    killer = threading.Thread(target=kill_the_worker)
+    killer.start()
+    with on_ray(cluster.address):
+        got = training.run_all(fit, [(i, str(marker), worker.node_id) for i in range(6)])
+    killer.join()
+    assert marker.exists(), "no fit ever ran on the worker node"
+    assert got == [i * i for i in range(6)]

@@ -50,7 +50,8 @@ def on_ray(address: str) -> Iterator[None]:
             raise LatpredError("A timing campaign is measuring on this Ray cluster "
                                f"({', '.join(busy)} held); fits beside it would spoil its "
                                "labels: train when it has finished.")
-        _ray, _task = ray, ray.remote(num_cpus=1)(_call)
+        # a job whose worker or node died runs again elsewhere (tests/test_train_ray.py)
+        _ray, _task = ray, ray.remote(num_cpus=1, max_retries=3)(_call)
         yield
     finally:
         _ray, _task = outer

@@ -78,4 +78,7 @@ def _compare(a: Dataset, b: Dataset, target: str) -> None:
 
 
 if __name__ == "__main__":
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)   # `| head` ends the output quietly
     sys.exit(main())

@@ -86,7 +86,7 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
     # pool); the draws are independent jobs (`cluster.run_all`: Ray tasks inside `on_ray`)
     jobs = {tuple(ids): (source, kernels, models, ids, test, target, families, seed, as_is,
                          everything) for _, _, ids in drawn}
-    first = {tuple(ids): (n, draw) for n, draw, ids in reversed(drawn)}
+    first = {tuple(ids): (n, draw) for n, draw, ids in reversed(drawn)}  # a key's first draw
     keys = list(jobs)
 
     def finished(i: int) -> None:

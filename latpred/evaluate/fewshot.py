@@ -83,18 +83,21 @@ def protocol_fewshot(source, dataset, target: str, shots: Sequence[int] = SHOTS,
     as_is = score_latpred(source, test, "source as is", "baseline")
     drawn = list(draw_ids(pool, usable, draws, seed))
     # the same models give the same results (at n = the pool's size every draw is the whole
-    # pool); the draws are independent jobs (`cluster.run_all`: Ray tasks inside `on_ray`)
-    jobs = {tuple(ids): (source, kernels, models, ids, test, target, families, seed, as_is,
-                         everything) for _, _, ids in drawn}
-    first = {tuple(ids): (n, draw) for n, draw, ids in reversed(drawn)}  # a key's first draw
-    keys = list(jobs)
+    # pool): each set of models is one job (`cluster.run_all`: a Ray task inside `on_ray`),
+    # named in the progress by the first draw that holds it
+    first: dict[tuple, tuple[int, int]] = {}
+    for n, draw, ids in drawn:
+        first.setdefault(tuple(ids), (n, draw))
+    keys = list(first)
 
     def finished(i: int) -> None:
         if progress:
             n, draw = first[keys[i]]
             progress(f"{n} models, draw {draw + 1}/{draws} done")
 
-    results = dict(zip(jobs, cluster.run_all(_methods, list(jobs.values()), finished)))
+    jobs = [(source, kernels, models, list(key), test, target, families, seed, as_is, everything)
+            for key in keys]
+    results = dict(zip(keys, cluster.run_all(_methods, jobs, finished)))
     rows, last = [], []
     for n, draw, ids in drawn:
         last = results[tuple(ids)]

@@ -33,6 +33,7 @@ from latpred.errors import LatpredError
 _ray: Any = None            # Ray, while `on_ray` is active in this process
 _task: Any = None           # `_call` as a Ray remote function of that session
 _PLAIN = (int, float, str, bool, type(None))   # sent with each task as they are
+_one_thread = False         # a worker's BLAS/OpenMP pools are limited to one thread
 
 
 @contextmanager
@@ -98,8 +99,12 @@ def run_all(fn: Callable[..., Any], jobs: Sequence[tuple],
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
     """A job on a worker (Ray passes the stored arguments as values)."""
-    from threadpoolctl import threadpool_limits
+    global _one_thread
+    if not _one_thread:
+        from threadpoolctl import threadpool_limits
 
-    # one thread a fit, as training here (training.fit_all_types): the task holds one CPU
-    with threadpool_limits(limits=1):
-        return fn(*args)
+        # one thread a fit, as training here (training.fit_all_types): the task holds one CPU.
+        # Set once for the worker's life (a `with` per task cost ~4 ms, a small fit's time).
+        threadpool_limits(limits=1)
+        _one_thread = True
+    return fn(*args)

@@ -1,5 +1,5 @@
 """Dev script (device): eager vs replayed CUDA kernel lists of a few sampled models."""
-import json, sys, os
+import json, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from latpred import sampler

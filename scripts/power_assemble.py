@@ -26,8 +26,6 @@ everything else, keyed by (model_id, kernel_index); `counter_units.json` their u
 from __future__ import annotations
 
 import argparse
-import gzip
-import io
 import json
 import math
 import statistics
@@ -37,14 +35,8 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_assemble import config_hash  # noqa: E402
-
-from latpred import sampler  # noqa: E402
 from latpred.dataset import Dataset  # noqa: E402
-from latpred.deduce import deduce  # noqa: E402
-from latpred.features import kernel_features  # noqa: E402
 from latpred.profile.protocol import retest_mdape  # noqa: E402
 from latpred.target import parse_target  # noqa: E402
 

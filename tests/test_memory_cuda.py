@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from latpred.builder import GraphBuilder
 from latpred.errors import TargetError
+from latpred.graph import Graph
 from latpred.memory import predict_memory
 from latpred.memory.cuda import simulate
 from latpred.memory.cuda_alloc import CachingAllocator, round_size

@@ -21,8 +21,6 @@ from scipy.stats import trim_mean
 
 from latpred.errors import MeasurementError
 from latpred.profile.litert_capi import INVOKE_EVENT, Session, op_events
-# Re-exported: the mapping onto graph ops lived here before it had a module of its own.
-from latpred.profile.op_attribution import GraphOpTiming, attribute_to_graph  # noqa: F401
 
 # Profiled runs per model at least: per-op statistics need more runs than an end to end (an op
 # of a few microseconds reads in whole microseconds).

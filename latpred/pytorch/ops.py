@@ -27,8 +27,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from latpred.windows import window_padding
-
 OpFn = Callable[["object", list[torch.Tensor]], list[torch.Tensor]]
 
 

@@ -173,7 +173,7 @@ def with_input_shapes(data: bytes, input_shapes: InputShapes | None) -> bytes:
     allocates tensors, as it does after resize_tensor_input.
     """
     from latpred.tflite.flat import FlatReader
-    from latpred.tflite.reader import (G_INPUTS, G_OUTPUTS, G_TENSORS, M_SUBGRAPHS, T_SHAPE,
+    from latpred.tflite.reader import (G_OUTPUTS, G_TENSORS, M_SUBGRAPHS, T_SHAPE,
                                        T_SIGNATURE, _parse)
 
     raw = _parse(data)

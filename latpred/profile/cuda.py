@@ -26,7 +26,6 @@ CUDA target (`h100/cuda/fp16`, `h100/cuda/fp32/b32`):
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import statistics
@@ -224,10 +223,3 @@ def measure(graph: Graph, target, protocol: CudaProtocol = CudaProtocol(),
 
 def protocol_dict(protocol: CudaProtocol) -> dict:
     return asdict(protocol)
-
-
-def write_jsonl_gz(path: str, rows) -> None:
-    """Rows as gzipped JSON lines (what a campaign brings back from the device)."""
-    with gzip.open(path, "at") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")

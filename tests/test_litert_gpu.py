@@ -209,6 +209,10 @@ def _timer_then_log(path, log, ready):
     ready.set()
     with lock.exclusive():
         log.put("timer")
+        # a Queue's put returns before its feeder thread writes the pipe: flush while the lock
+        # is held, or the compiler's later put can reach the pipe first (seen in CI)
+        log.close()
+        log.join_thread()
 
 
 def _wait_until_turnstile_taken(path, timeout_s: float = 30.0) -> None:
